@@ -1,0 +1,101 @@
+"""Edge agent configuration (YAML). Every field is documented in docs/configuration.md."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raven.config.common import LimitsConfig, LogConfig, TunConfig, parse_hostport, parse_prefix
+from raven.config.loader import ConfigError, doc, from_dict, load_yaml_file
+from raven.keys import KeyError_, decode_key
+from raven.protocol import constants
+from raven.protocol.names import is_valid_node_name
+
+DEFAULT_ALLOWED_PORTS = [9400, 9100, 10250, 10255]
+
+
+@dataclass(frozen=True)
+class KubernetesNodeSource:
+    """Serve the Kubernetes Nodes matching a label selector (address = InternalIP)."""
+
+    enabled: bool = doc("Take the node table from Kubernetes instead of `nodes`.", default=False)
+    label_selector: str = doc("Label selector of the site's nodes.", default="openyurt.io/is-edge-worker=true")
+    kubeconfig: str | None = doc("Kubeconfig path; in-cluster config when unset.", default=None)
+
+
+@dataclass(frozen=True)
+class ReconnectConfig:
+    min_backoff_s: float = doc("First reconnect delay bound (exponential backoff, full jitter).", default=0.5)
+    max_backoff_s: float = doc("Largest reconnect delay.", default=30.0)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_backoff_s <= self.max_backoff_s:
+            raise ValueError("reconnect: need 0 < min_backoff_s <= max_backoff_s")
+
+
+@dataclass(frozen=True)
+class GpuExporterConfig:
+    """The built-in dcgm-exporter-compatible GPU exporter, run inside the agent."""
+
+    enabled: bool = doc("Run the exporter in the agent process.", default=False)
+    listen: str = doc("Its listen address.", default="0.0.0.0:9400")
+    simulate: int = doc("Simulate this many GPUs instead of NVML (0 = real GPUs).", default=0)
+    model: str = doc("Simulated GPU model.", default="NVIDIA H100 80GB HBM3")
+    seed: int = doc("Seed of the simulation.", default=1)
+    hostname: str | None = doc("Hostname label; the node name when unset.", default=None)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The edge agent."""
+
+    private_key_file: str = doc("File holding the agent's private key (mode 0600).")
+    gateway: str = doc("Gateway host:port. A DNS name with several addresses (headless Service) gets one tunnel per address.")
+    gateway_public_key: str = doc("The gateway's public key, base64.")
+    name: str = doc("A name for this agent (logs only; the gateway names agents by key).", default="edge-agent")
+    psk_file: str | None = doc("Optional file with the base64 pre-shared key.", default=None)
+    nodes: dict[str, str] = doc("Nodes served: name -> address (IP or resolvable name).", default_factory=dict)
+    kubernetes: KubernetesNodeSource = doc("Node table from Kubernetes.", default_factory=KubernetesNodeSource)
+    allowed_ports: list[int] = doc("Ports the agent will connect to on served nodes.", default_factory=lambda: list(DEFAULT_ALLOWED_PORTS))
+    subnets: list[str] = doc("IP prefixes this site routes over L3.", default_factory=list)
+    connect_timeout_s: float = doc("Timeout connecting to a target.", default=5.0)
+    resolve_interval_s: float = doc("How often the gateway name is re-resolved.", default=30.0)
+    dns_server: str | None = doc("Resolve the gateway name at this DNS server (ip[:port]) instead of /etc/resolv.conf.", default=None)
+    admin_listen: str = doc("Admin API: /metrics, /healthz, /readyz.", default=f"0.0.0.0:{constants.DEFAULT_AGENT_ADMIN_PORT}")
+    reconnect: ReconnectConfig = doc("Reconnect backoff.", default_factory=ReconnectConfig)
+    limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)
+    tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
+    gpu_exporter: GpuExporterConfig = doc("Built-in GPU exporter.", default_factory=GpuExporterConfig)
+    log: LogConfig = doc("Logging.", default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        parse_hostport(self.gateway)
+        parse_hostport(self.admin_listen)
+        try:
+            decode_key(self.gateway_public_key)
+        except KeyError_ as exc:
+            raise ValueError(f"gateway_public_key: {exc}") from None
+        for node, addr in self.nodes.items():
+            if not is_valid_node_name(node):
+                raise ValueError(f"nodes: {node!r} is not a valid node name (DNS labels)")
+            if not addr:
+                raise ValueError(f"nodes.{node}: empty address")
+        for port in self.allowed_ports:
+            if not 0 < port < 65536:
+                raise ValueError(f"allowed_ports: {port} is not a port")
+        for s in self.subnets:
+            parse_prefix(s)
+        if self.connect_timeout_s <= 0 or self.resolve_interval_s <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.dns_server:
+            host, _ = parse_hostport(self.dns_server, default_port=53)
+            ipaddress.ip_address(host)
+
+
+def load_agent_config(path: str | Path) -> AgentConfig:
+    """Load and validate an agent config file; raises ConfigError naming the problem."""
+    try:
+        return from_dict(AgentConfig, load_yaml_file(path))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

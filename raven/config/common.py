@@ -1,0 +1,108 @@
+"""Config pieces shared by the gateway and the agent."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from dataclasses import dataclass, field
+
+from raven.config.loader import ConfigError, doc
+from raven.protocol.limits import Limits
+
+_DEFAULTS = Limits()
+
+
+def parse_hostport(value: str, default_port: int | None = None) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or ``:port`` (all addresses) -> (host, port)."""
+    text = value.strip()
+    if not text:
+        raise ConfigError("empty address")
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ConfigError(f"{value!r}: missing ']'")
+        host, rest = text[1:end], text[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif text.count(":") > 1:
+        host, port_text = text, ""  # bare IPv6
+    else:
+        host, port_text = text, ""
+    if not port_text:
+        if default_port is None:
+            raise ConfigError(f"{value!r}: a port is required (host:port)")
+        return host or "0.0.0.0", default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"{value!r}: bad port {port_text!r}")
+    return host or "0.0.0.0", int(port_text)
+
+
+def parse_prefix(value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """An IP prefix such as ``10.20.0.0/16``; host bits must be zero."""
+    try:
+        return ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise ConfigError(f"{value!r}: not an IP prefix: {exc}") from None
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Tunnel limits (see docs/protocol.md, "Limits"). Both sides enforce what they receive."""
+
+    stream_window_bytes: int = doc("Initial flow-control credit per stream and direction.", default=_DEFAULTS.stream_window_bytes)
+    max_streams: int = doc("Open streams per tunnel; beyond it opens are refused (busy).", default=_DEFAULTS.max_streams)
+    max_tunnel_buffered_bytes: int = doc("Unread bytes summed over a tunnel's streams; above it new streams are refused (busy).", default=_DEFAULTS.max_tunnel_buffered_bytes)
+    max_queued_datagrams: int = doc("L3 packets queued for the tunnel; beyond it packets are dropped and counted.", default=_DEFAULTS.max_queued_datagrams)
+    keepalive_interval_s: float = doc("Idle time after which a ping is sent.", default=_DEFAULTS.keepalive_interval_s)
+    dead_peer_timeout_s: float = doc("Silence after which the peer is declared dead and the tunnel closed.", default=_DEFAULTS.dead_peer_timeout_s)
+    handshake_timeout_s: float = doc("Time allowed for the handshake.", default=_DEFAULTS.handshake_timeout_s)
+    rekey_after_s: float = doc("The sending key is rotated after this many seconds.", default=_DEFAULTS.rekey_after_s)
+    rekey_after_records: int = doc("... or after this many records, whichever comes first.", default=_DEFAULTS.rekey_after_records)
+    drain_timeout_s: float = doc("On shutdown, open streams get this long to finish.", default=_DEFAULTS.drain_timeout_s)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) <= 0:
+                raise ValueError(f"limits.{f.name} must be positive")
+        if self.dead_peer_timeout_s <= self.keepalive_interval_s:
+            raise ValueError("limits.dead_peer_timeout_s must be larger than keepalive_interval_s")
+
+    def to_limits(self) -> Limits:
+        return dataclasses.replace(Limits(), **dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
+class TunConfig:
+    """The L3 TUN device (needs CAP_NET_ADMIN and /dev/net/tun)."""
+
+    enabled: bool = doc("Carry IP packets between this side's TUN device and the tunnel.", default=False)
+    name: str = doc("Interface name.", default="raven0")
+    mtu: int = doc("Interface MTU: leave room for tunnel overhead (see docs/l3.md).", default=1380)
+    addresses: list[str] = doc("Addresses with prefix length set on the interface, e.g. 10.99.0.1/24.", default_factory=list)
+    routes: list[str] = doc("Prefixes routed into the interface (the gateway adds agents' prefixes itself).", default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 576 <= self.mtu <= 65535:
+            raise ValueError("tun.mtu must be between 576 and 65535")
+        if not self.name or len(self.name) > 15 or "/" in self.name:
+            raise ValueError("tun.name must be 1-15 characters without '/'")
+        for a in self.addresses:
+            try:
+                ipaddress.ip_interface(a)
+            except ValueError:
+                raise ValueError(f"tun.addresses: {a!r} is not an address/prefix") from None
+        for r in self.routes:
+            parse_prefix(r)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = doc("Log level: debug, info, warning, error.", default="info")
+    format: str = doc("'text' (key=value lines) or 'json'.", default="text")
+
+    def __post_init__(self) -> None:
+        if self.level.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError(f"log.level {self.level!r} is not one of debug, info, warning, error")
+        if self.format not in {"text", "json"}:
+            raise ValueError("log.format must be 'text' or 'json'")

@@ -1,0 +1,100 @@
+"""Cloud gateway configuration (YAML). Every field is documented in docs/configuration.md."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raven.config.common import LimitsConfig, LogConfig, TunConfig, parse_hostport, parse_prefix
+from raven.config.loader import ConfigError, doc, from_dict, load_yaml_file
+from raven.protocol import constants
+from raven.keys import KeyError_, decode_key
+
+
+@dataclass(frozen=True)
+class AuthorisedAgent:
+    """One agent key and what it may serve."""
+
+    name: str = doc("A name for the agent (site), used in logs, metrics and the API.")
+    public_key: str = doc("The agent's X25519 public key, base64 (from `raven pubkey`).")
+    nodes: list[str] = doc("Node names the agent may serve: exact names or globs like 'site-a-*'.", default_factory=list)
+    prefixes: list[str] = doc("IP prefixes the agent may route over L3 (e.g. 10.20.0.0/16).", default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 63:
+            raise ValueError("agent name must be 1-63 characters")
+        try:
+            decode_key(self.public_key)
+        except KeyError_ as exc:
+            raise ValueError(f"agent {self.name!r}: public_key: {exc}") from None
+        for p in self.prefixes:
+            parse_prefix(p)
+
+    @property
+    def public_key_bytes(self) -> bytes:
+        return decode_key(self.public_key)
+
+    def may_serve(self, node: str) -> bool:
+        """True if ``node`` matches one of this agent's names or globs."""
+        node = node.lower()
+        return any(fnmatch.fnmatchcase(node, pat.lower()) for pat in self.nodes)
+
+
+@dataclass(frozen=True)
+class TlsListener:
+    """A TLS passthrough listener routing by ClientHello SNI to ``<sni>:<target_port>``."""
+
+    listen: str = doc("Address to listen on, host:port.")
+    target_port: int = doc("Edge port the connection goes to (e.g. 10250 for the kubelet).")
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """The L7 proxy listeners Prometheus talks to."""
+
+    http_listen: str = doc("HTTP proxy listener (DNS, forward-proxy, CONNECT and path modes).", default=f"0.0.0.0:{constants.DEFAULT_HTTP_PROXY_PORT}")
+    tls_listeners: list[TlsListener] = doc("TLS passthrough listeners routed by SNI.", default_factory=lambda: [TlsListener(listen=f"0.0.0.0:{constants.DEFAULT_TLS_PROXY_PORT}", target_port=10250)])
+    default_timeout_s: float = doc("Bound on a request's tunnel leg when Prometheus sends no X-Prometheus-Scrape-Timeout-Seconds.", default=30.0)
+    header_timeout_s: float = doc("A client must send its whole request head within this (slowloris bound).", default=10.0)
+    max_header_bytes: int = doc("Largest request head; larger gets 431.", default=16384)
+    idle_timeout_s: float = doc("Keep-alive connections idle this long are closed.", default=120.0)
+    max_connections: int = doc("Concurrent client connections; beyond it new ones wait in the accept queue.", default=4096)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """The cloud gateway."""
+
+    private_key_file: str = doc("File holding the gateway's private key (mode 0600).")
+    psk_file: str | None = doc("Optional file with a base64 32-byte pre-shared key (all agents).", default=None)
+    tunnel_listen: str = doc("Where agents connect.", default=f"0.0.0.0:{constants.DEFAULT_TUNNEL_PORT}")
+    admin_listen: str = doc("Admin API: /metrics, /healthz, /readyz, /api/v1/*.", default=f"0.0.0.0:{constants.DEFAULT_GATEWAY_ADMIN_PORT}")
+    agents: list[AuthorisedAgent] = doc("The authorised agents.", default_factory=list)
+    proxy: ProxyConfig = doc("L7 proxy listeners.", default_factory=ProxyConfig)
+    limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)
+    handshake_rate_per_s: float = doc("Handshakes accepted per second per source address.", default=20.0)
+    handshake_burst: int = doc("Burst of handshakes per source address.", default=40)
+    tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
+    log: LogConfig = doc("Logging.", default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        parse_hostport(self.tunnel_listen)
+        parse_hostport(self.admin_listen)
+        keys: set[str] = set()
+        names: set[str] = set()
+        for a in self.agents:
+            if a.public_key in keys:
+                raise ValueError(f"agent {a.name!r}: public key listed twice")
+            if a.name in names:
+                raise ValueError(f"agent name {a.name!r} listed twice")
+            keys.add(a.public_key)
+            names.add(a.name)
+
+
+def load_gateway_config(path: str | Path) -> GatewayConfig:
+    """Load and validate a gateway config file; raises ConfigError naming the problem."""
+    try:
+        return from_dict(GatewayConfig, load_yaml_file(path))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

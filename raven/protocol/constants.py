@@ -1,0 +1,43 @@
+"""Spec constants and protocol limits in one place (after wireguard-go's constants.go).
+
+Durations end in ``_s`` and sizes in ``_bytes``. Values that operators may tune
+live in :class:`raven.protocol.limits.Limits`; the ones here are fixed by the
+wire format.
+"""
+
+from __future__ import annotations
+
+#: Noise protocol name of the tunnel handshake.
+NOISE_PROTOCOL_NAME = b"Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s"
+#: Noise prologue: binds the handshake to this protocol and version.
+PROLOGUE = b"raven tunnel v1"
+#: First bytes an initiator sends, before the first handshake message.
+MAGIC = b"RVN1"
+#: Largest Noise message (spec section 3).
+NOISE_MAX_MESSAGE_BYTES = 65535
+#: ChaCha20-Poly1305 tag.
+TAG_BYTES = 16
+#: Every handshake message and record is prefixed by a big-endian length of this size.
+LENGTH_PREFIX_BYTES = 2
+#: Largest record plaintext (one record carries one or more frames).
+MAX_RECORD_PLAINTEXT_BYTES = NOISE_MAX_MESSAGE_BYTES - TAG_BYTES
+#: Frame header: type u8, flags u8, stream_id u32, length u16.
+FRAME_HEADER_BYTES = 8
+#: Largest payload of a single frame.
+MAX_FRAME_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1 - FRAME_HEADER_BYTES
+#: Size of the TAI64N timestamp in the initiator's first payload.
+TIMESTAMP_BYTES = 12
+#: Size of an X25519 key.
+KEY_BYTES = 32
+#: Default TCP port of the tunnel listener on the cloud gateway.
+DEFAULT_TUNNEL_PORT = 10262
+#: Default TLS passthrough (SNI) listener of the cloud gateway.
+DEFAULT_TLS_PROXY_PORT = 10263
+#: Default HTTP proxy listener of the cloud gateway.
+DEFAULT_HTTP_PROXY_PORT = 10264
+#: Default admin listener (/metrics, /healthz, /readyz, /api/v1/...) of the cloud gateway.
+DEFAULT_GATEWAY_ADMIN_PORT = 10265
+#: Default admin listener of the edge agent.
+DEFAULT_AGENT_ADMIN_PORT = 10266
+#: Default admin listener of the hosts generator.
+DEFAULT_HOSTS_ADMIN_PORT = 10267

@@ -1,0 +1,45 @@
+"""Tunable protocol limits, each with its unit and its behaviour at the limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Limits of one tunnel connection. Both sides enforce what they receive.
+
+    At each limit the behaviour is defined: see the comment on each field.
+    """
+
+    #: Initial credit of every stream, in bytes, in each direction. A peer that
+    #: sends beyond the credit it was given gets the stream reset (PROTOCOL_ERROR).
+    stream_window_bytes: int = 1024 * 1024
+    #: Credit is returned once the reader has consumed this fraction of the window.
+    credit_update_ratio: float = 0.25
+    #: Open streams per tunnel. An OPEN beyond it is refused with BUSY.
+    max_streams: int = 1024
+    #: Bytes received but not yet consumed, summed over all streams of a tunnel.
+    #: Above it, new OPENs are refused with BUSY (existing streams keep their window).
+    max_tunnel_buffered_bytes: int = 64 * 1024 * 1024
+    #: Largest frame payload a sender emits (<= MAX_FRAME_PAYLOAD_BYTES); also the
+    #: round-robin quantum of the stream scheduler.
+    max_frame_payload_bytes: int = 64 * 1024 - 64
+    #: Datagrams (L3 packets) queued for sending; beyond it they are dropped and counted.
+    max_queued_datagrams: int = 1024
+    #: Largest datagram (an IP packet), in bytes; larger ones are dropped.
+    max_datagram_bytes: int = 65535
+    #: Idle interval after which a PING is sent.
+    keepalive_interval_s: float = 5.0
+    #: A peer heard from for this long is declared dead; its streams reset TUNNEL_CLOSED.
+    dead_peer_timeout_s: float = 15.0
+    #: Time allowed for the handshake after the TCP connection is up.
+    handshake_timeout_s: float = 10.0
+    #: The sending key is rotated (Noise REKEY) after this many records...
+    rekey_after_records: int = 1 << 24
+    #: ...or after this many seconds, whichever comes first.
+    rekey_after_s: float = 120.0
+    #: Node names and subnets one registration may carry; beyond it the tunnel closes.
+    max_registration_entries: int = 65536
+    #: After GOAWAY, open streams get this long to finish before they are reset.
+    drain_timeout_s: float = 30.0

@@ -1,0 +1,509 @@
+"""The Noise Protocol Framework (revision 34) for 25519 / ChaChaPoly / BLAKE2s.
+
+The objects carry the spec's names (section 5): :class:`CipherState`,
+:class:`SymmetricState` and :class:`HandshakeState`, with the spec's methods in
+snake case (``EncryptWithAd`` -> ``encrypt_with_ad``). Built on ``cryptography``
+(X25519, ChaCha20-Poly1305) and :mod:`hashlib` BLAKE2s with :mod:`hmac`.
+
+Supported handshake patterns: the one-way patterns N, K, X and the interactive
+fundamental patterns NN NK NX KN KK KX XN XK XX IN IK IX, each with any ``pskN``
+modifiers (``IKpsk2``, ``NNpsk0+psk2``...). Pre-message keys, a prologue and
+fixed ephemeral keys (for test vectors) are supported.
+
+Errors: anything wrong with a message read from the peer (short, too long,
+failed authentication, a low-order public key) raises
+:class:`~raven.protocol.errors.RemoteProtocolError`: with ``code``
+``CloseCode.AUTH_FAILED`` when a MAC did not verify and ``CloseCode.PROTOCOL_ERROR``
+for a malformed message. Misuse by our own code (writing out of turn, a nonce
+exhausted) raises :class:`~raven.protocol.errors.LocalProtocolError`; bad
+arguments to :meth:`HandshakeState.initialize` raise :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from collections.abc import Sequence
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from raven.protocol.codes import CloseCode
+from raven.protocol.constants import NOISE_MAX_MESSAGE_BYTES, TAG_BYTES
+from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = [
+    "DHLEN",
+    "HASHLEN",
+    "MAX_NONCE",
+    "PATTERNS",
+    "CipherState",
+    "HandshakeState",
+    "SymmetricState",
+    "dh",
+    "generate_keypair",
+    "hkdf",
+    "public_key",
+]
+
+#: Size of an X25519 public key and of a DH output.
+DHLEN = 32
+#: BLAKE2s output size.
+HASHLEN = 32
+#: BLAKE2s block size (HMAC).
+BLOCKLEN = 64
+#: Reserved nonce: never used to encrypt a message; used by ``rekey``.
+MAX_NONCE = 2**64 - 1
+
+_NONCE = struct.Struct("<4xQ")  # ChaChaPoly nonce: 4 zero bytes + 64-bit little-endian counter
+_ZEROS32 = bytes(32)
+_MAX_NONCE_BYTES = _NONCE.pack(MAX_NONCE)
+
+# --- Crypto functions (spec section 4) ---------------------------------------------------
+
+
+def public_key(private: bytes) -> bytes:
+    """The X25519 public key of a 32-byte private key."""
+    return _private(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def generate_keypair() -> tuple[bytes, bytes]:
+    """A fresh ``(private, public)`` X25519 key pair from the OS CSPRNG."""
+    key = X25519PrivateKey.generate()
+    private = key.private_bytes_raw()
+    return private, key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def _private(private: bytes) -> X25519PrivateKey:
+    if len(private) != DHLEN:
+        raise ValueError(f"an X25519 private key is {DHLEN} bytes, got {len(private)}")
+    return X25519PrivateKey.from_private_bytes(private)
+
+
+def dh(private: X25519PrivateKey, public: bytes) -> bytes:
+    """DH(key_pair, public_key). A low-order peer key (all-zero output) is the peer's fault."""
+    try:
+        return private.exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError:
+        raise RemoteProtocolError("peer sent a low-order X25519 public key") from None
+
+
+def _hmac(key: bytes, data: bytes) -> bytes:
+    return hmac.digest(key, data, hashlib.blake2s)
+
+
+def hkdf(chaining_key: bytes, input_key_material: bytes, num_outputs: int) -> tuple[bytes, ...]:
+    """HKDF(chaining_key, input_key_material, num_outputs) with HMAC-BLAKE2s (spec 4.3)."""
+    temp_key = _hmac(chaining_key, input_key_material)
+    output1 = _hmac(temp_key, b"\x01")
+    output2 = _hmac(temp_key, output1 + b"\x02")
+    if num_outputs == 2:
+        return output1, output2
+    output3 = _hmac(temp_key, output2 + b"\x03")
+    return output1, output2, output3
+
+
+def _hash(data: bytes) -> bytes:
+    return hashlib.blake2s(data).digest()
+
+
+# --- CipherState (spec 5.1) -----------------------------------------------------------------
+
+
+class CipherState:
+    """A key ``k`` (or none) and a 64-bit nonce ``n``.
+
+    One ChaCha20Poly1305 object is kept per key, so bulk use costs one AEAD call
+    per message. ``n`` counts messages; ``2**64 - 1`` is reserved.
+    """
+
+    __slots__ = ("_aead", "_k", "n")
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._k: bytes | None = None
+        self._aead: ChaCha20Poly1305 | None = None
+        self.n = 0
+        self.initialize_key(key)
+
+    def initialize_key(self, key: bytes | None) -> None:
+        """Set ``k`` (``None`` for "empty") and reset ``n`` to zero."""
+        if key is not None and len(key) != 32:
+            raise ValueError("a ChaChaPoly key is 32 bytes")
+        self._k = key
+        self._aead = ChaCha20Poly1305(key) if key is not None else None
+        self.n = 0
+
+    def has_key(self) -> bool:
+        return self._k is not None
+
+    def set_nonce(self, nonce: int) -> None:
+        if not 0 <= nonce <= MAX_NONCE:
+            raise ValueError("nonce out of range")
+        self.n = nonce
+
+    def encrypt_with_ad(self, ad: bytes, plaintext: bytes | memoryview) -> bytes:
+        """Encrypt and increment ``n``; without a key, return ``plaintext`` unchanged."""
+        aead = self._aead
+        if aead is None:
+            return bytes(plaintext)
+        n = self.n
+        if n >= MAX_NONCE:
+            raise LocalProtocolError("nonce exhausted: the key must be replaced")
+        ciphertext = aead.encrypt(_NONCE.pack(n), plaintext, ad)
+        self.n = n + 1
+        return ciphertext
+
+    def decrypt_with_ad(self, ad: bytes, ciphertext: bytes | memoryview) -> bytes:
+        """Decrypt and increment ``n``; a failed check raises RemoteProtocolError
+        (code AUTH_FAILED) and leaves ``n`` unchanged."""
+        aead = self._aead
+        if aead is None:
+            return bytes(ciphertext)
+        n = self.n
+        if n >= MAX_NONCE:
+            raise RemoteProtocolError("peer exhausted the nonce space", CloseCode.AUTH_FAILED)
+        try:
+            plaintext = aead.decrypt(_NONCE.pack(n), ciphertext, ad)
+        except InvalidTag:
+            raise RemoteProtocolError(
+                "message failed authentication", CloseCode.AUTH_FAILED
+            ) from None
+        self.n = n + 1
+        return plaintext
+
+    def rekey(self) -> None:
+        """``k = REKEY(k)``: the first 32 bytes of ENCRYPT(k, maxnonce, zerolen, zeros).
+
+        ``n`` is left unchanged, as the spec says; callers that want a fresh
+        counter (our record layer does) call ``set_nonce(0)`` after it.
+        """
+        aead = self._aead
+        if aead is None:
+            raise LocalProtocolError("rekey without a key")
+        new_key = aead.encrypt(_MAX_NONCE_BYTES, _ZEROS32, b"")[:32]
+        self._k = new_key
+        self._aead = ChaCha20Poly1305(new_key)
+
+
+# --- SymmetricState (spec 5.2) -------------------------------------------------------------
+
+
+class SymmetricState:
+    """Chaining key ``ck``, handshake hash ``h`` and a CipherState."""
+
+    __slots__ = ("ck", "cipher_state", "h")
+
+    def __init__(self, protocol_name: bytes) -> None:
+        """InitializeSymmetric(protocol_name)."""
+        if len(protocol_name) <= HASHLEN:
+            self.h = protocol_name.ljust(HASHLEN, b"\x00")
+        else:
+            self.h = _hash(protocol_name)
+        self.ck = self.h
+        self.cipher_state = CipherState()
+
+    def mix_key(self, input_key_material: bytes) -> None:
+        self.ck, temp_k = hkdf(self.ck, input_key_material, 2)
+        self.cipher_state.initialize_key(temp_k)
+
+    def mix_hash(self, data: bytes) -> None:
+        self.h = _hash(self.h + data)
+
+    def mix_key_and_hash(self, input_key_material: bytes) -> None:
+        self.ck, temp_h, temp_k = hkdf(self.ck, input_key_material, 3)
+        self.mix_hash(temp_h)
+        self.cipher_state.initialize_key(temp_k)
+
+    def get_handshake_hash(self) -> bytes:
+        return self.h
+
+    def encrypt_and_hash(self, plaintext: bytes) -> bytes:
+        ciphertext = self.cipher_state.encrypt_with_ad(self.h, plaintext)
+        self.mix_hash(ciphertext)
+        return ciphertext
+
+    def decrypt_and_hash(self, ciphertext: bytes) -> bytes:
+        plaintext = self.cipher_state.decrypt_with_ad(self.h, ciphertext)
+        self.mix_hash(ciphertext)
+        return plaintext
+
+    def split(self) -> tuple[CipherState, CipherState]:
+        """Two CipherStates: initiator->responder first, responder->initiator second."""
+        temp_k1, temp_k2 = hkdf(self.ck, b"", 2)
+        return CipherState(temp_k1), CipherState(temp_k2)
+
+
+# --- Handshake patterns (spec 7) -----------------------------------------------------------
+
+_Tokens = tuple[str, ...]
+#: name -> (initiator pre-message, responder pre-message, message token lists)
+PATTERNS: dict[str, tuple[_Tokens, _Tokens, tuple[_Tokens, ...]]] = {
+    "N": ((), ("s",), (("e", "es"),)),
+    "K": (("s",), ("s",), (("e", "es", "ss"),)),
+    "X": ((), ("s",), (("e", "es", "s", "ss"),)),
+    "NN": ((), (), (("e",), ("e", "ee"))),
+    "NK": ((), ("s",), (("e", "es"), ("e", "ee"))),
+    "NX": ((), (), (("e",), ("e", "ee", "s", "es"))),
+    "KN": (("s",), (), (("e",), ("e", "ee", "se"))),
+    "KK": (("s",), ("s",), (("e", "es", "ss"), ("e", "ee", "se"))),
+    "KX": (("s",), (), (("e",), ("e", "ee", "se", "s", "es"))),
+    "XN": ((), (), (("e",), ("e", "ee"), ("s", "se"))),
+    "XK": ((), ("s",), (("e", "es"), ("e", "ee"), ("s", "se"))),
+    "XX": ((), (), (("e",), ("e", "ee", "s", "es"), ("s", "se"))),
+    "IN": ((), (), (("e", "s"), ("e", "ee", "se"))),
+    "IK": ((), ("s",), (("e", "es", "s", "ss"), ("e", "ee", "se"))),
+    "IX": ((), (), (("e", "s"), ("e", "ee", "se", "s", "es"))),
+}
+_ONE_WAY = frozenset({"N", "K", "X"})
+
+
+def _parse_protocol_name(name: str) -> tuple[str, tuple[_Tokens, _Tokens, tuple[_Tokens, ...]]]:
+    parts = name.split("_")
+    if len(parts) != 5 or parts[0] != "Noise":
+        raise ValueError(f"not a Noise protocol name: {name!r}")
+    _, pattern, dh_name, cipher_name, hash_name = parts
+    if (dh_name, cipher_name, hash_name) != ("25519", "ChaChaPoly", "BLAKE2s"):
+        raise ValueError(f"only 25519_ChaChaPoly_BLAKE2s is supported, not {name!r}")
+    index = 0
+    while index < len(pattern) and pattern[index].isupper():
+        index += 1
+    base = pattern[:index]
+    modifiers = [m for m in pattern[index:].split("+") if m]
+    if base not in PATTERNS:
+        raise ValueError(f"unsupported handshake pattern {base!r} in {name!r}")
+    pre_i, pre_r, messages = PATTERNS[base]
+    lists = [list(m) for m in messages]
+    for modifier in modifiers:
+        if not (modifier.startswith("psk") and modifier[3:].isdigit()):
+            raise ValueError(f"unsupported pattern modifier {modifier!r} in {name!r}")
+        position = int(modifier[3:])
+        if position > len(lists):
+            raise ValueError(f"{modifier} is past the last message of {base}")
+        if position == 0:
+            lists[0].insert(0, "psk")
+        else:
+            lists[position - 1].append("psk")
+    return base, (pre_i, pre_r, tuple(tuple(m) for m in lists))
+
+
+# --- HandshakeState (spec 5.3) -------------------------------------------------------------
+
+
+class HandshakeState:
+    """A handshake in progress: build with :meth:`initialize`, then alternate
+    :meth:`write_message` and :meth:`read_message`; after the last message
+    :meth:`split` returns the transport CipherStates."""
+
+    def __init__(self) -> None:
+        # Use HandshakeState.initialize(...); the constructor makes an empty shell.
+        self.symmetric_state = SymmetricState(b"")
+        self.initiator = False
+        self.protocol_name = ""
+        self._s: X25519PrivateKey | None = None
+        self._s_pub: bytes | None = None
+        self._e: X25519PrivateKey | None = None
+        self._e_pub: bytes | None = None
+        self._fixed_e: bytes | None = None
+        self.rs: bytes | None = None
+        self.re: bytes | None = None
+        self._psks: list[bytes] = []
+        self._psk_mode = False
+        self._messages: tuple[_Tokens, ...] = ()
+        self._index = 0
+        self._one_way = False
+        self._result: tuple[CipherState, CipherState] | None = None
+
+    @classmethod
+    def initialize(
+        cls,
+        protocol_name: str | bytes,
+        *,
+        initiator: bool,
+        prologue: bytes = b"",
+        s: bytes | None = None,
+        e: bytes | None = None,
+        rs: bytes | None = None,
+        re: bytes | None = None,
+        psks: Sequence[bytes] = (),
+    ) -> HandshakeState:
+        """Initialize(handshake_pattern, initiator, prologue, s, e, rs, re) plus PSKs.
+
+        ``s`` and ``e`` are 32-byte *private* keys (``e`` only to replay test
+        vectors: normally the ephemeral is generated when the pattern needs it);
+        ``rs`` and ``re`` are the peer's public keys known in advance. ``psks``
+        are used in order by the ``psk`` tokens.
+        """
+        name = protocol_name.decode("ascii") if isinstance(protocol_name, bytes) else protocol_name
+        base, (pre_i, pre_r, messages) = _parse_protocol_name(name)
+        self = cls()
+        self.protocol_name = name
+        self.initiator = initiator
+        self.symmetric_state = SymmetricState(name.encode("ascii"))
+        self.symmetric_state.mix_hash(prologue)
+        if s is not None:
+            self._s = _private(s)
+            self._s_pub = public_key(s)
+        if e is not None:
+            self._fixed_e = bytes(e)
+        self.rs = bytes(rs) if rs is not None else None
+        self.re = bytes(re) if re is not None else None
+        self._messages = messages
+        self._one_way = base in _ONE_WAY
+        self._psk_mode = any("psk" in m for m in messages)
+        self._psks = [bytes(p) for p in psks]
+        wanted_psks = sum(m.count("psk") for m in messages)
+        if len(self._psks) < wanted_psks:
+            raise ValueError(f"{name} needs {wanted_psks} PSK(s)")
+        if any(len(p) != 32 for p in self._psks):
+            raise ValueError("a PSK is 32 bytes")
+        for token_list, owner_is_initiator in ((pre_i, True), (pre_r, False)):
+            for token in token_list:
+                mine = owner_is_initiator == initiator
+                key = self._s_pub if mine else self.rs
+                if key is None:
+                    whose = "local static (s)" if mine else "remote static (rs)"
+                    raise ValueError(f"{name} needs the {whose} key before the handshake")
+                self.symmetric_state.mix_hash(key)
+        for i, tokens in enumerate(messages):
+            writer_is_initiator = i % 2 == 0
+            if "s" in tokens and writer_is_initiator == initiator and self._s is None:
+                raise ValueError(f"{name} needs a local static key (s)")
+        return self
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def handshake_complete(self) -> bool:
+        return self._result is not None
+
+    @property
+    def is_my_turn(self) -> bool:
+        """True when the next handshake message is ours to write."""
+        return (self._index % 2 == 0) == self.initiator
+
+    @property
+    def remote_static(self) -> bytes | None:
+        return self.rs
+
+    @property
+    def remote_ephemeral(self) -> bytes | None:
+        return self.re
+
+    @property
+    def local_static_public(self) -> bytes | None:
+        return self._s_pub
+
+    @property
+    def local_ephemeral_public(self) -> bytes | None:
+        return self._e_pub
+
+    @property
+    def one_way(self) -> bool:
+        """True for N, K, X: after the single message only initiator->responder is used."""
+        return self._one_way
+
+    def get_handshake_hash(self) -> bytes:
+        return self.symmetric_state.get_handshake_hash()
+
+    def split(self) -> tuple[CipherState, CipherState]:
+        """(initiator->responder, responder->initiator) once the last message is done."""
+        if self._result is None:
+            raise LocalProtocolError("the handshake is not complete")
+        return self._result
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _next_tokens(self, writing: bool) -> _Tokens:
+        if self._result is not None:
+            raise LocalProtocolError("the handshake is already complete")
+        if writing != self.is_my_turn:
+            raise LocalProtocolError(
+                "not our turn to write" if writing else "not our turn to read"
+            )
+        return self._messages[self._index]
+
+    def _dh_token(self, token: str) -> bytes:
+        # "es": initiator's e with responder's s; "se": initiator's s with responder's e.
+        first, second = token[0], token[1]
+        if self.initiator:
+            local, remote = first, second
+        else:
+            local, remote = second, first
+        local_key = self._e if local == "e" else self._s
+        remote_key = self.re if remote == "e" else self.rs
+        if local_key is None or remote_key is None:
+            raise LocalProtocolError(f"missing key for token {token}")
+        return dh(local_key, remote_key)
+
+    def _finish_message(self) -> None:
+        self._index += 1
+        if self._index == len(self._messages):
+            self._result = self.symmetric_state.split()
+
+    def write_message(self, payload: bytes = b"") -> bytes:
+        """WriteMessage(payload): the next handshake message, as bytes."""
+        tokens = self._next_tokens(writing=True)
+        ss = self.symmetric_state
+        out = bytearray()
+        for token in tokens:
+            if token == "e":
+                if self._fixed_e is not None:
+                    self._e = _private(self._fixed_e)
+                    self._fixed_e = None
+                else:
+                    self._e = X25519PrivateKey.generate()
+                self._e_pub = self._e.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+                out += self._e_pub
+                ss.mix_hash(self._e_pub)
+                if self._psk_mode:
+                    ss.mix_key(self._e_pub)
+            elif token == "s":
+                assert self._s_pub is not None  # checked in initialize
+                out += ss.encrypt_and_hash(self._s_pub)
+            elif token == "psk":
+                ss.mix_key_and_hash(self._psks.pop(0))
+            else:
+                ss.mix_key(self._dh_token(token))
+        out += ss.encrypt_and_hash(bytes(payload))
+        if len(out) > NOISE_MAX_MESSAGE_BYTES:
+            raise LocalProtocolError("handshake payload too large")
+        self._finish_message()
+        return bytes(out)
+
+    def read_message(self, message: bytes | bytearray | memoryview) -> bytes:
+        """ReadMessage(message): the decrypted payload. Anything wrong with the
+        message raises RemoteProtocolError; the handshake must then be abandoned."""
+        tokens = self._next_tokens(writing=False)
+        message = bytes(message)
+        if len(message) > NOISE_MAX_MESSAGE_BYTES:
+            raise RemoteProtocolError("handshake message longer than 65535 bytes")
+        ss = self.symmetric_state
+        offset = 0
+        for token in tokens:
+            if token == "e":
+                if len(message) - offset < DHLEN:
+                    raise RemoteProtocolError("handshake message too short (ephemeral key)")
+                self.re = message[offset : offset + DHLEN]
+                offset += DHLEN
+                ss.mix_hash(self.re)
+                if self._psk_mode:
+                    ss.mix_key(self.re)
+            elif token == "s":
+                size = DHLEN + TAG_BYTES if ss.cipher_state.has_key() else DHLEN
+                if len(message) - offset < size:
+                    raise RemoteProtocolError("handshake message too short (static key)")
+                self.rs = ss.decrypt_and_hash(message[offset : offset + size])
+                offset += size
+            elif token == "psk":
+                ss.mix_key_and_hash(self._psks.pop(0))
+            else:
+                ss.mix_key(self._dh_token(token))
+        rest = message[offset:]
+        if ss.cipher_state.has_key() and len(rest) < TAG_BYTES:
+            raise RemoteProtocolError("handshake message too short (payload tag)")
+        payload = ss.decrypt_and_hash(rest)
+        self._finish_message()
+        return payload

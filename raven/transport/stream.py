@@ -1,0 +1,90 @@
+"""What L7 code is written against: a byte stream to an edge target, and who opens one.
+
+The gateway's agent registry implements :class:`StreamOpener` over tunnels;
+:class:`raven.transport.direct.DirectOpener` is its in-memory twin (plain TCP).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+from raven.protocol.codes import StreamCode
+
+
+class OpenFailure(enum.Enum):
+    """Why a stream to an edge target could not be opened. Values are metric labels."""
+
+    UNKNOWN_NODE = "unknown_node"  # no authorised agent ever registered this node
+    NO_AGENT = "no_agent"  # the node is known but no agent serving it is connected
+    PORT_NOT_ALLOWED = "port_not_allowed"  # outside the allow-list
+    TARGET_REFUSED = "target_refused"  # the target refused the TCP connection
+    TARGET_UNREACHABLE = "target_unreachable"  # no route, host down, name not resolvable at the edge
+    TARGET_TIMEOUT = "target_timeout"  # connecting (or the whole open) took too long
+    BUSY = "busy"  # too many streams / too much buffered on the tunnel
+    DRAINING = "draining"  # the agent or gateway is shutting down
+    TUNNEL_CLOSED = "tunnel_closed"  # the tunnel went away while opening
+    INTERNAL = "internal"
+
+
+#: How a refusal code from the peer maps to an open failure.
+OPEN_FAILURE_BY_CODE: dict[StreamCode, OpenFailure] = {
+    StreamCode.UNKNOWN_NODE: OpenFailure.UNKNOWN_NODE,
+    StreamCode.PORT_NOT_ALLOWED: OpenFailure.PORT_NOT_ALLOWED,
+    StreamCode.TARGET_REFUSED: OpenFailure.TARGET_REFUSED,
+    StreamCode.TARGET_UNREACHABLE: OpenFailure.TARGET_UNREACHABLE,
+    StreamCode.TARGET_TIMEOUT: OpenFailure.TARGET_TIMEOUT,
+    StreamCode.BUSY: OpenFailure.BUSY,
+    StreamCode.DRAINING: OpenFailure.DRAINING,
+    StreamCode.TUNNEL_CLOSED: OpenFailure.TUNNEL_CLOSED,
+}
+
+
+class StreamOpenError(Exception):
+    """A stream could not be opened; ``reason`` says why, ``detail`` is one human line."""
+
+    def __init__(self, reason: OpenFailure, detail: str = "") -> None:
+        super().__init__(f"{reason.value}: {detail}" if detail else reason.value)
+        self.reason = reason
+        self.detail = detail
+
+
+class StreamResetError(Exception):
+    """The stream was aborted mid-way (target died, tunnel closed, peer reset)."""
+
+    def __init__(self, code: StreamCode, reason: str = "") -> None:
+        super().__init__(f"stream reset: {code.label}" + (f" ({reason})" if reason else ""))
+        self.code = code
+        self.reason = reason
+
+
+class ByteStream(Protocol):
+    """A bidirectional byte stream to one edge target."""
+
+    async def read(self, max_bytes: int = 65536) -> bytes:
+        """Up to ``max_bytes``; ``b""`` on a clean end; :class:`StreamResetError` on abort."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data``, waiting for flow-control credit (backpressure)."""
+        ...
+
+    async def write_eof(self) -> None:
+        """Half-close: no more data from us."""
+        ...
+
+    def reset(self, code: StreamCode, reason: str = "") -> None:
+        """Abort both directions now."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the stream (resets it if it did not end cleanly)."""
+        ...
+
+
+class StreamOpener(Protocol):
+    """Opens streams to ``node``:``port`` at the edge."""
+
+    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> ByteStream:
+        """Raise :class:`StreamOpenError` when it cannot."""
+        ...
