@@ -33,7 +33,7 @@ def parse_hostport(value: str, default_port: int | None = None) -> tuple[str, in
         if default_port is None:
             raise ConfigError(f"{value!r}: a port is required (host:port)")
         return host or "0.0.0.0", default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
         raise ConfigError(f"{value!r}: bad port {port_text!r}")
     return host or "0.0.0.0", int(port_text)
 

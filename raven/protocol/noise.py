@@ -47,6 +47,7 @@ __all__ = [
     "generate_keypair",
     "hkdf",
     "public_key",
+    "supports",
 ]
 
 #: Size of an X25519 public key and of a DH output.
@@ -174,6 +175,30 @@ class CipherState:
         self.n = n + 1
         return plaintext
 
+    def decrypt_with_ad_into(
+        self, ad: bytes, ciphertext: bytes | memoryview, buffer: memoryview
+    ) -> int:
+        """Like :meth:`decrypt_with_ad` but writes the plaintext into ``buffer``
+        (at least ``len(ciphertext) - 16`` bytes) and returns its length: saves an
+        allocation per message on the bulk path. Requires a key."""
+        aead = self._aead
+        if aead is None:
+            raise LocalProtocolError("decrypt_with_ad_into without a key")
+        size = len(ciphertext) - TAG_BYTES
+        if size < 0:
+            raise RemoteProtocolError("message shorter than its tag", CloseCode.AUTH_FAILED)
+        n = self.n
+        if n >= MAX_NONCE:
+            raise RemoteProtocolError("peer exhausted the nonce space", CloseCode.AUTH_FAILED)
+        try:
+            aead.decrypt_into(_NONCE.pack(n), ciphertext, ad, buffer[:size])
+        except InvalidTag:
+            raise RemoteProtocolError(
+                "message failed authentication", CloseCode.AUTH_FAILED
+            ) from None
+        self.n = n + 1
+        return size
+
     def rekey(self) -> None:
         """``k = REKEY(k)``: the first 32 bytes of ENCRYPT(k, maxnonce, zerolen, zeros).
 
@@ -194,7 +219,7 @@ class CipherState:
 class SymmetricState:
     """Chaining key ``ck``, handshake hash ``h`` and a CipherState."""
 
-    __slots__ = ("ck", "cipher_state", "h")
+    __slots__ = ("cipher_state", "ck", "h")
 
     def __init__(self, protocol_name: bytes) -> None:
         """InitializeSymmetric(protocol_name)."""
@@ -289,6 +314,15 @@ def _parse_protocol_name(name: str) -> tuple[str, tuple[_Tokens, _Tokens, tuple[
     return base, (pre_i, pre_r, tuple(tuple(m) for m in lists))
 
 
+def supports(protocol_name: str) -> bool:
+    """True when :meth:`HandshakeState.initialize` accepts this protocol name."""
+    try:
+        _parse_protocol_name(protocol_name)
+    except ValueError:
+        return False
+    return True
+
+
 # --- HandshakeState (spec 5.3) -------------------------------------------------------------
 
 
@@ -360,7 +394,7 @@ class HandshakeState:
         if any(len(p) != 32 for p in self._psks):
             raise ValueError("a PSK is 32 bytes")
         for token_list, owner_is_initiator in ((pre_i, True), (pre_r, False)):
-            for token in token_list:
+            for _key_name in token_list:
                 mine = owner_is_initiator == initiator
                 key = self._s_pub if mine else self.rs
                 if key is None:
@@ -420,9 +454,7 @@ class HandshakeState:
         if self._result is not None:
             raise LocalProtocolError("the handshake is already complete")
         if writing != self.is_my_turn:
-            raise LocalProtocolError(
-                "not our turn to write" if writing else "not our turn to read"
-            )
+            raise LocalProtocolError("not our turn to write" if writing else "not our turn to read")
         return self._messages[self._index]
 
     def _dh_token(self, token: str) -> bytes:
@@ -448,8 +480,8 @@ class HandshakeState:
         tokens = self._next_tokens(writing=True)
         ss = self.symmetric_state
         out = bytearray()
-        for token in tokens:
-            if token == "e":
+        for step in tokens:
+            if step == "e":
                 if self._fixed_e is not None:
                     self._e = _private(self._fixed_e)
                     self._fixed_e = None
@@ -460,13 +492,13 @@ class HandshakeState:
                 ss.mix_hash(self._e_pub)
                 if self._psk_mode:
                     ss.mix_key(self._e_pub)
-            elif token == "s":
+            elif step == "s":
                 assert self._s_pub is not None  # checked in initialize
                 out += ss.encrypt_and_hash(self._s_pub)
-            elif token == "psk":
+            elif step == "psk":
                 ss.mix_key_and_hash(self._psks.pop(0))
             else:
-                ss.mix_key(self._dh_token(token))
+                ss.mix_key(self._dh_token(step))
         out += ss.encrypt_and_hash(bytes(payload))
         if len(out) > NOISE_MAX_MESSAGE_BYTES:
             raise LocalProtocolError("handshake payload too large")
@@ -482,8 +514,8 @@ class HandshakeState:
             raise RemoteProtocolError("handshake message longer than 65535 bytes")
         ss = self.symmetric_state
         offset = 0
-        for token in tokens:
-            if token == "e":
+        for step in tokens:
+            if step == "e":
                 if len(message) - offset < DHLEN:
                     raise RemoteProtocolError("handshake message too short (ephemeral key)")
                 self.re = message[offset : offset + DHLEN]
@@ -491,16 +523,16 @@ class HandshakeState:
                 ss.mix_hash(self.re)
                 if self._psk_mode:
                     ss.mix_key(self.re)
-            elif token == "s":
+            elif step == "s":
                 size = DHLEN + TAG_BYTES if ss.cipher_state.has_key() else DHLEN
                 if len(message) - offset < size:
                     raise RemoteProtocolError("handshake message too short (static key)")
                 self.rs = ss.decrypt_and_hash(message[offset : offset + size])
                 offset += size
-            elif token == "psk":
+            elif step == "psk":
                 ss.mix_key_and_hash(self._psks.pop(0))
             else:
-                ss.mix_key(self._dh_token(token))
+                ss.mix_key(self._dh_token(step))
         rest = message[offset:]
         if ss.cipher_state.has_key() and len(rest) < TAG_BYTES:
             raise RemoteProtocolError("handshake message too short (payload tag)")

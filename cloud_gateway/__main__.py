@@ -1,0 +1,7 @@
+"""``python -m cloud_gateway --config FILE`` = ``raven gateway --config FILE``."""
+
+import sys
+
+from raven.cli import main
+
+sys.exit(main(["gateway", *sys.argv[1:]]))

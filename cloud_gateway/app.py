@@ -1,0 +1,154 @@
+"""The cloud gateway's composition root: keys, registry, tunnel listener, L7 proxy,
+optional L3 router, admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
+
+from raven.admin import AdminServer
+from raven.config.gateway import GatewayConfig
+from raven.keys import decode_key, read_private_key_file
+from raven.metrics import TunnelMetrics
+from raven.transport.tunnel import Tunnel
+
+from cloud_gateway.registry import AgentSession, Registry
+from cloud_gateway.tunnel_listener import TunnelListener
+
+log = logging.getLogger(__name__)
+
+
+def read_psk(path: str | None) -> bytes:
+    """The optional pre-shared key (all zeros when unset)."""
+    if not path:
+        return bytes(32)
+    return read_private_key_file(path)
+
+
+class GatewayApp:
+    """Everything one cloud gateway replica runs."""
+
+    def __init__(self, config: GatewayConfig, *, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.metrics_registry = registry or CollectorRegistry()
+        self.metrics = TunnelMetrics(self.metrics_registry, peer_label="agent")
+        self.registry = Registry(config.agents, self.metrics)
+        self.static_private = read_private_key_file(config.private_key_file)
+        self.listener = TunnelListener(
+            listen=config.tunnel_listen,
+            static_private=self.static_private,
+            psk=read_psk(config.psk_file),
+            limits=config.limits.to_limits(),
+            registry=self.registry,
+            metrics=self.metrics,
+            handshake_rate_per_s=config.handshake_rate_per_s,
+            handshake_burst=config.handshake_burst,
+        )
+        self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
+        self.admin.app.router.add_get("/api/v1/agents", self._api_agents)
+        self.admin.app.router.add_get("/api/v1/nodes", self._api_nodes)
+        self.admin.app.router.add_get("/api/v1/targets", self._api_targets)
+        self.admin.app.middlewares.append(self._sample_middleware)
+        self.draining = False
+        self.proxy: Any = None
+        self.l3: Any = None
+        Gauge(
+            "raven_gateway_authorised_agents",
+            "Agent keys in the gateway configuration.",
+            registry=self.metrics_registry,
+        ).set(len(config.agents))
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        await self.listener.start()
+        from cloud_gateway.proxy.server import ProxyServer
+
+        self.proxy = ProxyServer(self.registry, self.config.proxy, self.metrics_registry)
+        await self.proxy.start()
+        if self.config.tun.enabled:
+            await self._start_l3()
+        await self.admin.start()
+        log.info("gateway ready agents_authorised=%d", len(self.config.agents))
+
+    async def _start_l3(self) -> None:
+        from cloud_gateway.l3.setup import start_gateway_l3
+
+        self.l3 = await start_gateway_l3(self.config.tun, self.metrics_registry)
+        self.listener.session_hooks.append(self._l3_session)
+
+    def _l3_session(self, session: AgentSession, up: bool) -> None:
+        assert self.l3 is not None
+        tunnel: Tunnel = session.tunnel
+        if up:
+            port = self.l3.ports.get(tunnel)
+            if port is None:
+                authorised = [str(p) for p in session.agent.prefixes]
+                port = self.l3.attach(session.agent.name, authorised, tunnel.send_datagram)
+                self.l3.ports[tunnel] = port
+                self.listener.datagram_sinks[tunnel] = port.packet_from_agent
+            port.set_routes(list(session.prefixes))
+        else:
+            port = self.l3.ports.pop(tunnel, None)
+            if port is not None:
+                port.detach()
+
+    async def stop(self) -> None:
+        """Graceful drain: GOAWAY to agents, finish open streams (bounded), then stop."""
+        self.draining = True
+        timeout = self.config.limits.drain_timeout_s
+        if self.proxy is not None:
+            await self.proxy.stop()
+        await self.listener.drain(timeout)
+        if self.l3 is not None:
+            await self.l3.stop()
+        await self.admin.stop()
+
+    # ------------------------------------------------------------ admin
+    def _ready(self) -> tuple[bool, str]:
+        if self.draining:
+            return False, "draining"
+        if self.listener.bound is None:
+            return False, "tunnel listener not up"
+        return True, ""
+
+    @web.middleware
+    async def _sample_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == "/metrics":
+            self.listener.sample_all()
+        result: web.StreamResponse = await handler(request)
+        return result
+
+    async def _api_agents(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.registry.agents_json())
+
+    async def _api_nodes(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.registry.nodes_json())
+
+    async def _api_targets(self, request: web.Request) -> web.Response:
+        raw = request.query.get("port", "9400")
+        if not raw.isdigit() or not 0 < int(raw) < 65536:
+            return web.Response(status=400, text="port must be 1-65535\n")
+        return web.json_response(self.registry.targets_json(int(raw)))
+
+
+async def run_gateway(config: GatewayConfig) -> int:
+    """Run until SIGINT/SIGTERM, then drain."""
+    import signal
+
+    app = GatewayApp(config)
+    await app.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("gateway draining")
+    await app.stop()
+    return 0
+
+
+__all__ = ["GatewayApp", "decode_key", "run_gateway"]

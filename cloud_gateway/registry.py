@@ -1,0 +1,266 @@
+"""The agent registry: which connected agent serves which node, and the StreamOpener over it.
+
+Authorisation is by key: an agent's registration is checked against the node patterns
+and prefixes configured for its public key; anything beyond is refused, reported back
+to the agent and counted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from raven.config.gateway import AuthorisedAgent
+from raven.keys import encode_key
+from raven.metrics import TunnelMetrics
+from raven.protocol.names import is_valid_node_name, normalize_node_name
+from raven.transport.stream import OpenFailure, StreamOpenError
+from raven.transport.tunnel import Tunnel, TunnelStream
+
+log = logging.getLogger(__name__)
+
+#: Open failures after which the next agent serving the same node is tried.
+_TRY_NEXT = {OpenFailure.BUSY, OpenFailure.DRAINING, OpenFailure.TUNNEL_CLOSED}
+
+
+@dataclass
+class AgentSession:
+    """One live tunnel from an authorised agent."""
+
+    agent: AuthorisedAgent
+    tunnel: Tunnel
+    connected_since: float = field(default_factory=time.time)
+    nodes: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "agent": self.agent.name,
+            "public_key": self.agent.public_key,
+            "remote_address": self.tunnel.peer,
+            "connected_since": _iso(self.connected_since),
+            "rtt_seconds": self.tunnel.rtt_s,
+            "nodes": sorted(self.nodes),
+            "prefixes": list(self.prefixes),
+            "refused": [{"entry": e, "reason": r} for e, r in self.refused],
+            "open_streams": len(self.tunnel.streams),
+            "draining": self.tunnel.draining,
+        }
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_registration(
+    agent: AuthorisedAgent, nodes: tuple[str, ...], prefixes: tuple[str, ...]
+) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """Split a registration into (accepted nodes, accepted prefixes, refused with reasons)."""
+    ok_nodes: list[str] = []
+    ok_prefixes: list[str] = []
+    refused: list[tuple[str, str]] = []
+    allowed_nets = [ipaddress.ip_network(p) for p in agent.prefixes]
+    for raw in nodes:
+        name = normalize_node_name(raw)
+        if not is_valid_node_name(name):
+            refused.append((raw, "not a valid node name"))
+        elif not agent.may_serve(name):
+            refused.append((raw, "not authorised for this agent key"))
+        else:
+            ok_nodes.append(name)
+    for raw in prefixes:
+        try:
+            net = ipaddress.ip_network(raw, strict=True)
+        except ValueError:
+            refused.append((raw, "not an IP prefix"))
+            continue
+        if any(net.version == a.version and net.subnet_of(a) for a in allowed_nets):  # type: ignore[arg-type]
+            ok_prefixes.append(str(net))
+        else:
+            refused.append((raw, "prefix not authorised for this agent key"))
+    return ok_nodes, ok_prefixes, refused
+
+
+class Registry:
+    """Live agents and node routing; implements StreamOpener."""
+
+    def __init__(
+        self,
+        agents: list[AuthorisedAgent],
+        metrics: TunnelMetrics,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.by_key: dict[bytes, AuthorisedAgent] = {a.public_key_bytes: a for a in agents}
+        self.metrics = metrics
+        self.sessions: dict[str, AgentSession] = {}  # agent name -> session
+        self.node_index: dict[str, list[str]] = {}  # node -> agent names
+        self.seen_nodes: set[str] = set()  # nodes ever registered (-> no_agent, not unknown)
+        self.on_change = on_change
+
+    # ------------------------------------------------------------ identity
+    def authorize(self, public_key: bytes) -> bool:
+        return public_key in self.by_key
+
+    def agent_for_key(self, public_key: bytes) -> AuthorisedAgent | None:
+        return self.by_key.get(public_key)
+
+    # ------------------------------------------------------------ sessions
+    def add(self, agent: AuthorisedAgent, tunnel: Tunnel) -> AgentSession:
+        """A tunnel from ``agent`` finished its handshake. A previous one is replaced."""
+        old = self.sessions.get(agent.name)
+        session = AgentSession(agent=agent, tunnel=tunnel)
+        self.sessions[agent.name] = session
+        if old is not None and old.tunnel is not tunnel:
+            log.info("tunnel replaced agent=%s old=%s new=%s", agent.name, old.tunnel.peer, tunnel.peer)
+            self._unindex(old)
+            from raven.protocol.codes import CloseCode
+
+            old.tunnel.close(CloseCode.REPLACED, "replaced by a newer tunnel from the same key")
+        self.metrics.tunnels_connected.labels(agent.name).set(1)
+        self._changed()
+        return session
+
+    def remove(self, agent: AuthorisedAgent, tunnel: Tunnel) -> None:
+        session = self.sessions.get(agent.name)
+        if session is None or session.tunnel is not tunnel:
+            return
+        del self.sessions[agent.name]
+        self._unindex(session)
+        self.metrics.tunnels_connected.labels(agent.name).set(0)
+        self._changed()
+
+    def registered(
+        self, session: AgentSession, nodes: tuple[str, ...], prefixes: tuple[str, ...]
+    ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+        """Apply a registration (replacing the earlier one) and return the answer."""
+        ok_nodes, ok_prefixes, refused = check_registration(session.agent, nodes, prefixes)
+        if refused:
+            self.metrics.registrations_refused.labels(session.agent.name).inc(len(refused))
+            log.warning(
+                "registration refused entries agent=%s count=%d first=%s reason=%s",
+                session.agent.name,
+                len(refused),
+                refused[0][0],
+                refused[0][1],
+            )
+        self._unindex(session)
+        session.nodes = frozenset(ok_nodes)
+        session.prefixes = tuple(ok_prefixes)
+        session.refused = tuple(refused)
+        for node in session.nodes:
+            self.node_index.setdefault(node, []).append(session.agent.name)
+            self.seen_nodes.add(node)
+        log.info(
+            "agent registered agent=%s nodes=%d prefixes=%d refused=%d",
+            session.agent.name,
+            len(ok_nodes),
+            len(ok_prefixes),
+            len(refused),
+        )
+        self._changed()
+        return ok_nodes, ok_prefixes, refused
+
+    def _unindex(self, session: AgentSession) -> None:
+        for node in session.nodes:
+            names = self.node_index.get(node)
+            if names and session.agent.name in names:
+                names.remove(session.agent.name)
+                if not names:
+                    del self.node_index[node]
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # ------------------------------------------------------------ routing
+    def agents_for(self, node: str) -> list[AgentSession]:
+        return [self.sessions[n] for n in self.node_index.get(node, []) if n in self.sessions]
+
+    def is_known(self, node: str) -> bool:
+        """A node some agent registered once, or an exact (non-glob) name in the config."""
+        if node in self.seen_nodes:
+            return True
+        return any(
+            node == pat.lower() for a in self.by_key.values() for pat in a.nodes if not _is_glob(pat)
+        )
+
+    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
+        """Open a stream to ``node``:``port`` through an agent serving it."""
+        name = normalize_node_name(node)
+        candidates = self.agents_for(name)
+        if not candidates:
+            if self.is_known(name):
+                raise StreamOpenError(OpenFailure.NO_AGENT, f"no agent connected for {name}")
+            raise StreamOpenError(OpenFailure.UNKNOWN_NODE, f"unknown node {name}")
+        # least loaded first, then lowest RTT
+        candidates.sort(key=lambda s: (s.tunnel.draining, len(s.tunnel.streams), s.tunnel.rtt_s or 0))
+        last: StreamOpenError | None = None
+        for session in candidates:
+            try:
+                stream = await session.tunnel.open_stream(name, port, timeout_s=timeout_s)
+            except StreamOpenError as exc:
+                if exc.reason not in _TRY_NEXT:
+                    raise
+                last = exc
+                continue
+            self.metrics.streams_opened.labels(session.agent.name).inc()
+            return stream
+        assert last is not None
+        if last.reason is OpenFailure.TUNNEL_CLOSED:
+            raise StreamOpenError(OpenFailure.NO_AGENT, f"no agent connected for {name}")
+        raise last
+
+    # ------------------------------------------------------------ API views
+    def agents_json(self) -> dict[str, object]:
+        return {"agents": [s.to_json() for _, s in sorted(self.sessions.items())]}
+
+    def nodes_json(self) -> dict[str, object]:
+        out = []
+        for node in sorted(self.seen_nodes | set(self.node_index)):
+            sessions = self.agents_for(node)
+            out.append(
+                {
+                    "node": node,
+                    "reachable": bool(sessions),
+                    "agents": [
+                        {
+                            "agent": s.agent.name,
+                            "connected_since": _iso(s.connected_since),
+                            "rtt_seconds": s.tunnel.rtt_s,
+                        }
+                        for s in sessions
+                    ],
+                }
+            )
+        return {"nodes": out}
+
+    def targets_json(self, port: int) -> list[dict[str, object]]:
+        """Prometheus http_sd: every reachable node at ``port``."""
+        out: list[dict[str, object]] = []
+        for node in sorted(self.node_index):
+            sessions = self.agents_for(node)
+            if not sessions:
+                continue
+            out.append(
+                {
+                    "targets": [f"{node}:{port}"],
+                    "labels": {
+                        "node": node,
+                        "agent": ",".join(sorted(s.agent.name for s in sessions)),
+                        "__meta_raven_agent": sessions[0].agent.name,
+                    },
+                }
+            )
+        return out
+
+    def public_keys(self) -> dict[str, str]:
+        return {a.name: encode_key(k) for k, a in self.by_key.items()}
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")

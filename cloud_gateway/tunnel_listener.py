@@ -1,0 +1,189 @@
+"""Accepts agents' tunnels: rate limit, handshake, registration, metrics, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from raven.config.common import parse_hostport
+from raven.config.gateway import AuthorisedAgent
+from raven.metrics import TunnelMetrics
+from raven.protocol import events as ev
+from raven.protocol.codes import CloseCode
+from raven.protocol.connection import TunnelConnection
+from raven.protocol.handshake import ReplayGuard
+from raven.protocol.limits import Limits
+from raven.protocol.ratelimit import RateLimiter
+from raven.protocol.secure_channel import Role
+from raven.transport.tunnel import Tunnel
+
+from cloud_gateway.registry import AgentSession, Registry
+
+log = logging.getLogger(__name__)
+
+#: Called when an agent's tunnel is up (session) or gone (None), e.g. to attach L3.
+SessionHook = Callable[[AgentSession, bool], None]
+
+
+class TunnelListener:
+    """The gateway's tunnel port."""
+
+    def __init__(
+        self,
+        *,
+        listen: str,
+        static_private: bytes,
+        psk: bytes,
+        limits: Limits,
+        registry: Registry,
+        metrics: TunnelMetrics,
+        handshake_rate_per_s: float,
+        handshake_burst: int,
+    ) -> None:
+        self.host, self.port = parse_hostport(listen)
+        self.static_private = static_private
+        self.psk = psk
+        self.limits = limits
+        self.registry = registry
+        self.metrics = metrics
+        self.replay_guard = ReplayGuard()
+        self.rate = RateLimiter(rate_per_s=handshake_rate_per_s, burst=handshake_burst)
+        self.tunnels: set[Tunnel] = set()
+        self.session_hooks: list[SessionHook] = []
+        self.datagram_sinks: dict[Tunnel, Callable[[bytes], None]] = {}
+        self._server: asyncio.Server | None = None
+        self.bound: tuple[str, int] | None = None
+        self._handshake_timers: dict[Tunnel, asyncio.TimerHandle] = {}
+        self._pending_sessions: dict[Tunnel, AgentSession] = {}
+        self._stat_last: dict[Tunnel, tuple[int, int]] = {}
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._make_tunnel, self.host, self.port, reuse_address=True, backlog=1024
+        )
+        sock = self._server.sockets[0].getsockname()
+        self.bound = (sock[0], sock[1])
+        log.info("tunnel listener up addr=%s:%s", self.host, self.bound[1])
+
+    def _make_tunnel(self) -> Tunnel:
+        loop = asyncio.get_running_loop()
+        conn = TunnelConnection(
+            role=Role.RESPONDER,
+            static_private=self.static_private,
+            limits=self.limits,
+            now=loop.time(),
+            psk=self.psk,
+            authorize=self.registry.authorize,
+            replay_guard=self.replay_guard,
+        )
+        tunnel = Tunnel(conn, name="incoming", admit=self._admit)
+        tunnel.on_event = lambda event: self._on_event(tunnel, event)
+        self.tunnels.add(tunnel)
+        return tunnel
+
+    def _admit(self, tunnel: Tunnel) -> bool:
+        """Rate-limit handshakes per source address, before reading a byte."""
+        host = tunnel.peer.rsplit(":", 1)[0]
+        if self.rate.allow(host, time.monotonic()):
+            return True
+        self.metrics.handshakes.labels("rate_limited").inc()
+        log.warning("handshake rate limited peer=%s", tunnel.peer)
+        return False
+
+    def _on_event(self, tunnel: Tunnel, event: ev.Event) -> None:
+        if isinstance(event, ev.HandshakeCompleted):
+            self._on_handshake(tunnel, event.remote_static)
+        elif isinstance(event, ev.RegistrationReceived):
+            session = self._pending_sessions.get(tunnel)
+            if session is not None:
+                nodes, prefixes, refused = self.registry.registered(
+                    session, event.nodes, event.prefixes
+                )
+                tunnel.answer_registration(nodes, prefixes, refused)
+                for hook in self.session_hooks:
+                    hook(session, True)
+        elif isinstance(event, ev.DatagramReceived):
+            sink = self.datagram_sinks.get(tunnel)
+            if sink is not None:
+                sink(event.data)
+        elif isinstance(event, ev.PongReceived):
+            session = self._pending_sessions.get(tunnel)
+            if session is not None:
+                self.metrics.rtt.labels(session.agent.name).set(event.rtt_s)
+                self.metrics.rtt_hist.observe(event.rtt_s)
+                self._sample(tunnel, session.agent.name)
+        elif isinstance(event, ev.StreamReset):
+            self.metrics.stream_resets.labels(event.code.label).inc()
+        elif isinstance(event, ev.ConnectionTerminated):
+            self._on_closed(tunnel, event)
+
+    def _on_handshake(self, tunnel: Tunnel, remote_static: bytes) -> None:
+        agent: AuthorisedAgent | None = self.registry.agent_for_key(remote_static)
+        if agent is None:  # authorize() should have refused it already
+            tunnel.close(CloseCode.AUTH_FAILED, "unknown key")
+            return
+        tunnel.name = agent.name
+        self.metrics.handshakes.labels("ok").inc()
+        session = self.registry.add(agent, tunnel)
+        self._pending_sessions[tunnel] = session
+        self._stat_last[tunnel] = (0, 0)
+        log.info("tunnel up agent=%s peer=%s", agent.name, tunnel.peer)
+
+    def _sample(self, tunnel: Tunnel, agent: str) -> None:
+        """Move byte counters of ``tunnel`` into the metrics (deltas)."""
+        sent, received = self._stat_last.get(tunnel, (0, 0))
+        self.metrics.bytes.labels("tx", agent).inc(tunnel.bytes_sent - sent)
+        self.metrics.bytes.labels("rx", agent).inc(tunnel.bytes_received - received)
+        self._stat_last[tunnel] = (tunnel.bytes_sent, tunnel.bytes_received)
+        self.metrics.streams_open.labels(agent).set(len(tunnel.streams))
+
+    def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
+        self.tunnels.discard(tunnel)
+        self.datagram_sinks.pop(tunnel, None)
+        session = self._pending_sessions.pop(tunnel, None)
+        if session is None:
+            # never authenticated: one line, a metric, no answer was given
+            if event.code is CloseCode.AUTH_FAILED:
+                self.metrics.handshakes.labels(event.reason or "rejected").inc()
+                log.warning("handshake rejected peer=%s reason=%s", tunnel.peer, event.reason)
+            elif event.code is not CloseCode.LIMIT_EXCEEDED:
+                self.metrics.handshakes.labels("failed").inc()
+                log.info("handshake failed peer=%s reason=%s", tunnel.peer, event.reason)
+            return
+        self._sample(tunnel, session.agent.name)
+        self._stat_last.pop(tunnel, None)
+        self.metrics.tunnel_closes.labels(event.code.label).inc()
+        self.registry.remove(session.agent, tunnel)
+        for hook in self.session_hooks:
+            hook(session, False)
+        log.info(
+            "tunnel down agent=%s peer=%s code=%s reason=%s",
+            session.agent.name,
+            tunnel.peer,
+            event.code.label,
+            event.reason,
+        )
+
+    def sample_all(self) -> None:
+        """Refresh per-agent byte and stream gauges (called before /metrics is served)."""
+        for tunnel, session in list(self._pending_sessions.items()):
+            self._sample(tunnel, session.agent.name)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop accepting, send GOAWAY on every tunnel, let streams finish, then close."""
+        if self._server is not None:
+            self._server.close()
+        tunnels = list(self.tunnels)
+        for t in tunnels:
+            t.go_away("gateway shutting down")
+        if tunnels:
+            await asyncio.gather(*(t.wait_streams_done(timeout_s) for t in tunnels))
+        for t in tunnels:
+            t.close(CloseCode.DRAINED, "gateway shut down")
+            await t.aclose()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None

@@ -1,0 +1,7 @@
+"""``python -m edge_agent --config FILE`` = ``raven agent --config FILE``."""
+
+import sys
+
+from raven.cli import main
+
+sys.exit(main(["agent", *sys.argv[1:]]))

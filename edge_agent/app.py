@@ -1,0 +1,157 @@
+"""The edge agent's composition root: keys, node table, relay, dialer, admin, and the
+optional Kubernetes node source, L3 forwarder and GPU exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
+
+from raven.admin import AdminServer
+from raven.config.agent import AgentConfig
+from raven.keys import decode_key, read_private_key_file
+from raven.metrics import TunnelMetrics
+from raven.transport.tunnel import Tunnel
+
+from edge_agent.dialer import DialSettings, Dialer, GatewayLink
+from edge_agent.relay import Relay
+
+log = logging.getLogger(__name__)
+
+
+class AgentApp:
+    """Everything one edge agent runs."""
+
+    def __init__(self, config: AgentConfig, *, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.metrics_registry = registry or CollectorRegistry()
+        self.metrics = TunnelMetrics(self.metrics_registry, peer_label="gateway")
+        self.relay = Relay(
+            config.nodes, config.allowed_ports, config.connect_timeout_s, self.metrics_registry
+        )
+        psk = read_private_key_file(config.psk_file) if config.psk_file else bytes(32)
+        self.settings = DialSettings(
+            static_private=read_private_key_file(config.private_key_file),
+            gateway_public=decode_key(config.gateway_public_key),
+            psk=psk,
+            limits=config.limits.to_limits(),
+            min_backoff_s=config.reconnect.min_backoff_s,
+            max_backoff_s=config.reconnect.max_backoff_s,
+        )
+        self.dialer = Dialer(
+            config.gateway,
+            self.settings,
+            link_factory=self._make_link,
+            resolve_interval_s=config.resolve_interval_s,
+            dns_server=config.dns_server,
+        )
+        self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
+        self.admin.app.router.add_get("/api/v1/status", self._api_status)
+        self.nodes_served = Gauge(
+            "raven_agent_nodes_served", "Nodes in this agent's table.", registry=self.metrics_registry
+        )
+        self.nodes_served.set(len(config.nodes))
+        self.node_source: Any = None
+        self.l3: Any = None
+        self.gpu: Any = None
+
+    def _make_link(self, address: str, port: int) -> GatewayLink:
+        return GatewayLink(
+            address,
+            port,
+            self.settings,
+            on_stream=self.relay.handle,
+            registration=self._registration,
+            metrics=self.metrics,
+            on_tunnel=self._on_tunnel,
+            on_datagram=self._on_datagram,
+        )
+
+    def _registration(self) -> tuple[list[str], list[str]]:
+        return sorted(self.relay.nodes), list(self.config.subnets)
+
+    def _on_tunnel(self, link: GatewayLink, tunnel: Tunnel | None) -> None:
+        if self.l3 is not None:
+            self.l3.tunnel_changed(link, tunnel)
+
+    def _on_datagram(self, packet: bytes) -> None:
+        if self.l3 is not None:
+            self.l3.packet_from_gateway(packet)
+
+    def set_nodes(self, nodes: dict[str, str]) -> None:
+        """Replace the node table (Kubernetes source) and re-register everywhere."""
+        self.relay.set_nodes(nodes)
+        self.nodes_served.set(len(nodes))
+        self.dialer.reregister()
+
+    async def start(self) -> None:
+        if self.config.gpu_exporter.enabled:
+            from edge_agent.gpu.embed import start_embedded_exporter
+
+            self.gpu = await start_embedded_exporter(self.config.gpu_exporter)
+        if self.config.kubernetes.enabled:
+            from edge_agent.nodes_k8s import start_node_source
+
+            self.node_source = await start_node_source(self.config.kubernetes, self._nodes_changed)
+        if self.config.tun.enabled:
+            from edge_agent.tun.setup import start_agent_l3
+
+            self.l3 = await start_agent_l3(self.config.tun, self.config.subnets, self.metrics_registry)
+        await self.admin.start()
+        self.dialer.start()
+        log.info("agent started gateway=%s nodes=%d", self.config.gateway, len(self.relay.nodes))
+
+    async def _nodes_changed(self, nodes: dict[str, str]) -> None:
+        log.info("node table changed nodes=%d", len(nodes))
+        self.set_nodes(nodes)
+
+    async def stop(self) -> None:
+        await self.dialer.stop()
+        if self.node_source is not None:
+            await self.node_source.stop()
+        if self.l3 is not None:
+            await self.l3.stop()
+        if self.gpu is not None:
+            await self.gpu.stop()
+        await self.admin.stop()
+
+    def _ready(self) -> tuple[bool, str]:
+        up = [link for link in self.dialer.links.values() if link.tunnel is not None]
+        if not up:
+            return False, "no tunnel to any gateway replica is up"
+        return True, ""
+
+    async def _api_status(self, _request: web.Request) -> web.Response:
+        links = []
+        for link in self.dialer.links.values():
+            links.append(
+                {
+                    "gateway": link.label,
+                    "up": link.tunnel is not None,
+                    "rtt_seconds": link.tunnel.rtt_s if link.tunnel else None,
+                    "connects": link.connects,
+                    "last_error": link.last_error,
+                    "accepted_nodes": len(link.accepted_nodes),
+                    "refused": [{"entry": e, "reason": r} for e, r in link.refused],
+                }
+            )
+        return web.json_response({"nodes": sorted(self.relay.nodes), "gateways": links})
+
+
+async def run_agent(config: AgentConfig) -> int:
+    """Run until SIGINT/SIGTERM, then drain."""
+    import signal
+
+    app = AgentApp(config)
+    await app.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("agent stopping")
+    await app.stop()
+    return 0

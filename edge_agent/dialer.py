@@ -1,0 +1,264 @@
+"""The agent's dialer: one tunnel to every gateway replica, found through DNS.
+
+The gateway name is resolved with dnspython (A and AAAA). Every address gets its own
+link that dials out, handshakes, registers and serves until the tunnel dies, then
+reconnects with exponential backoff and full jitter. The name is re-resolved
+periodically: new replicas get a link, vanished ones are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dns.asyncresolver
+import dns.exception
+import dns.resolver
+
+from raven.config.common import parse_hostport
+from raven.metrics import TunnelMetrics
+from raven.protocol import events as ev
+from raven.protocol.connection import TunnelConnection
+from raven.protocol.limits import Limits
+from raven.protocol.secure_channel import Role
+from raven.transport.tunnel import StreamHandler, Tunnel
+
+log = logging.getLogger(__name__)
+
+#: A link that stayed up this long resets its backoff.
+STABLE_AFTER_S = 10.0
+
+
+@dataclass(frozen=True)
+class DialSettings:
+    static_private: bytes
+    gateway_public: bytes
+    psk: bytes
+    limits: Limits
+    min_backoff_s: float
+    max_backoff_s: float
+
+
+def backoff_delay(attempt: int, min_s: float, max_s: float, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, min(max, min * 2**attempt)], at least ``min_s / 2``."""
+    cap = min(max_s, min_s * (2 ** min(attempt, 30)))
+    return max(min_s / 2, rng.uniform(0, cap))
+
+
+async def resolve_gateway(host: str, resolver: dns.asyncresolver.Resolver | None) -> list[str]:
+    """All addresses of ``host`` (an IP literal is itself), sorted; [] when nothing resolves."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    res = resolver or dns.asyncresolver.Resolver()
+    found: set[str] = set()
+    for rdtype in ("A", "AAAA"):
+        try:
+            answer = await res.resolve(host, rdtype, lifetime=5.0)
+        except (dns.exception.DNSException, OSError) as exc:
+            log.debug("resolve failed host=%s type=%s err=%s", host, rdtype, exc)
+            continue
+        found.update(r.to_text() for r in answer)
+    return sorted(found)
+
+
+class GatewayLink:
+    """Keeps one tunnel up to one gateway replica address."""
+
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        settings: DialSettings,
+        *,
+        on_stream: StreamHandler,
+        registration: Callable[[], tuple[list[str], list[str]]],
+        metrics: TunnelMetrics,
+        on_tunnel: Callable[[GatewayLink, Tunnel | None], None] | None = None,
+        on_datagram: Callable[[bytes], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.address = address
+        self.port = port
+        self.settings = settings
+        self.on_stream = on_stream
+        self.registration = registration
+        self.metrics = metrics
+        self.on_tunnel = on_tunnel
+        self.on_datagram = on_datagram
+        self.rng = rng or random.Random()
+        self.tunnel: Tunnel | None = None
+        self.attempt = 0
+        self.connects = 0
+        self.last_error = ""
+        self.accepted_nodes: tuple[str, ...] = ()
+        self.refused: tuple[tuple[str, str], ...] = ()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def label(self) -> str:
+        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"link {self.label}")
+
+    async def stop(self, *, graceful: bool = True) -> None:
+        self._stopping = True
+        if self.tunnel is not None and graceful:
+            self.tunnel.go_away("agent shutting down")
+            await self.tunnel.wait_streams_done(self.settings.limits.drain_timeout_s)
+        if self.tunnel is not None:
+            await self.tunnel.aclose()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def reregister(self) -> None:
+        if self.tunnel is not None and not self.tunnel.closed.done():
+            nodes, prefixes = self.registration()
+            self.tunnel.register(nodes, prefixes)
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            started = time.monotonic()
+            try:
+                await self._connect_once()
+            except (OSError, ConnectionError, TimeoutError) as exc:
+                self.last_error = str(exc) or type(exc).__name__
+                log.warning("gateway link failed gateway=%s err=%s", self.label, self.last_error)
+            if self._stopping:
+                return
+            if time.monotonic() - started > STABLE_AFTER_S:
+                self.attempt = 0
+            delay = backoff_delay(
+                self.attempt, self.settings.min_backoff_s, self.settings.max_backoff_s, self.rng
+            )
+            self.attempt += 1
+            log.info("reconnecting gateway=%s in_s=%.2f attempt=%d", self.label, delay, self.attempt)
+            await asyncio.sleep(delay)
+
+    async def _connect_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        conn = TunnelConnection(
+            role=Role.INITIATOR,
+            static_private=self.settings.static_private,
+            remote_static=self.settings.gateway_public,
+            psk=self.settings.psk,
+            limits=self.settings.limits,
+            now=loop.time(),
+            wall_time_ns=time.time_ns(),
+        )
+        tunnel = Tunnel(conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label)
+        tunnel.on_event = self._on_event
+        async with asyncio.timeout(self.settings.limits.handshake_timeout_s):
+            await loop.create_connection(lambda: tunnel, self.address, self.port)
+            try:
+                await tunnel.handshake
+            except ConnectionError:
+                self.metrics.handshakes.labels("failed").inc()
+                raise
+        self.metrics.handshakes.labels("ok").inc()
+        self.tunnel = tunnel
+        self.connects += 1
+        self.metrics.tunnels_connected.labels(self.label).set(1)
+        log.info("tunnel up gateway=%s", self.label)
+        self.reregister()
+        if self.on_tunnel is not None:
+            self.on_tunnel(self, tunnel)
+        try:
+            closed = await tunnel.closed
+        finally:
+            self.tunnel = None
+            self.metrics.tunnels_connected.labels(self.label).set(0)
+            self.metrics.bytes.labels("tx", self.label).inc(tunnel.bytes_sent)
+            self.metrics.bytes.labels("rx", self.label).inc(tunnel.bytes_received)
+            if self.on_tunnel is not None:
+                self.on_tunnel(self, None)
+        self.last_error = f"{closed.code.label}: {closed.reason}"
+        log.warning("tunnel down gateway=%s code=%s reason=%s", self.label, closed.code.label, closed.reason)
+
+    def _on_event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.RegistrationAnswered):
+            self.accepted_nodes = event.accepted_nodes
+            self.refused = event.refused
+            for entry, reason in event.refused:
+                log.error("gateway refused registration gateway=%s entry=%s reason=%s", self.label, entry, reason)
+            if event.refused:
+                self.metrics.registrations_refused.labels(self.label).inc(len(event.refused))
+        elif isinstance(event, ev.PongReceived):
+            self.metrics.rtt.labels(self.label).set(event.rtt_s)
+            self.metrics.rtt_hist.observe(event.rtt_s)
+        elif isinstance(event, ev.StreamReset):
+            self.metrics.stream_resets.labels(event.code.label).inc()
+
+
+class Dialer:
+    """Maintains a GatewayLink for every address the gateway name resolves to."""
+
+    def __init__(
+        self,
+        gateway: str,
+        settings: DialSettings,
+        *,
+        link_factory: Callable[[str, int], GatewayLink],
+        resolve_interval_s: float,
+        dns_server: str | None = None,
+    ) -> None:
+        self.host, self.port = parse_hostport(gateway)
+        self.settings = settings
+        self.link_factory = link_factory
+        self.resolve_interval_s = resolve_interval_s
+        self.links: dict[str, GatewayLink] = {}
+        self.resolver: dns.asyncresolver.Resolver | None = None
+        if dns_server:
+            dhost, dport = parse_hostport(dns_server, default_port=53)
+            self.resolver = dns.asyncresolver.Resolver(configure=False)
+            self.resolver.nameservers = [dhost]
+            self.resolver.port = dport
+        self._task: asyncio.Task[None] | None = None
+        self.resolved_once = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="dialer")
+
+    async def _run(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.resolve_interval_s)
+
+    async def refresh(self) -> None:
+        addresses = await resolve_gateway(self.host, self.resolver)
+        if not addresses:
+            log.warning("gateway name resolves to nothing host=%s (keeping existing links)", self.host)
+            return
+        for addr in addresses:
+            if addr not in self.links:
+                link = self.link_factory(addr, self.port)
+                self.links[addr] = link
+                link.start()
+                log.info("gateway replica added addr=%s", link.label)
+        for addr in list(self.links):
+            if addr not in addresses:
+                link = self.links.pop(addr)
+                log.info("gateway replica gone addr=%s", link.label)
+                await link.stop(graceful=True)
+        self.resolved_once.set()
+
+    def reregister(self) -> None:
+        for link in self.links.values():
+            link.reregister()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        links = list(self.links.values())
+        self.links.clear()
+        await asyncio.gather(*(link.stop(graceful=True) for link in links), return_exceptions=True)

@@ -1,0 +1,151 @@
+"""The agent's L7 relay: stream from the gateway -> allow-list -> TCP to the target.
+
+An agent never dials a destination outside its allow-list: only nodes it serves, only
+allowed ports, and never an address given by the gateway (the gateway names a node,
+the agent's own table gives the address).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Collection, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from raven.protocol.codes import StreamCode
+from raven.protocol.names import normalize_node_name
+from raven.transport.stream import StreamResetError
+from raven.transport.tunnel import TunnelStream
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES = 64 * 1024
+_UNREACHABLE_ERRNOS = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
+
+
+class RelayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.streams = Counter(
+            "raven_agent_streams_total",
+            "Streams the gateway asked for, by result (ok or the refusal reason).",
+            ["result"],
+            registry=registry,
+        )
+        self.active = Gauge(
+            "raven_agent_streams_active", "Streams relayed right now.", registry=registry
+        )
+        self.bytes = Counter(
+            "raven_agent_relay_bytes_total",
+            "Bytes relayed, by direction (to_target, from_target).",
+            ["direction"],
+            registry=registry,
+        )
+
+
+class Relay:
+    """Serves streams the gateway opens through a tunnel."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, str],
+        allowed_ports: Collection[int],
+        connect_timeout_s: float,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.nodes: dict[str, str] = {normalize_node_name(k): v for k, v in nodes.items()}
+        self.allowed_ports = frozenset(allowed_ports)
+        self.connect_timeout_s = connect_timeout_s
+        self.metrics = RelayMetrics(registry)
+
+    def set_nodes(self, nodes: Mapping[str, str]) -> None:
+        self.nodes = {normalize_node_name(k): v for k, v in nodes.items()}
+
+    def _refuse(self, stream: TunnelStream, code: StreamCode, reason: str) -> None:
+        self.metrics.streams.labels(code.label).inc()
+        stream.refuse(code, reason)
+
+    async def handle(self, stream: TunnelStream, node: str, port: int) -> None:
+        """Check, connect, accept, pump both ways; every failure gets its reason code."""
+        name = normalize_node_name(node)
+        address = self.nodes.get(name)
+        if address is None:
+            self._refuse(stream, StreamCode.UNKNOWN_NODE, f"this agent does not serve {name}")
+            return
+        if port not in self.allowed_ports:
+            self._refuse(stream, StreamCode.PORT_NOT_ALLOWED, f"port {port} not allowed")
+            return
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                reader, writer = await asyncio.open_connection(address, port)
+        except TimeoutError:
+            self._refuse(stream, StreamCode.TARGET_TIMEOUT, f"connect to {name}:{port} timed out")
+            return
+        except ConnectionRefusedError:
+            self._refuse(stream, StreamCode.TARGET_REFUSED, f"{name}:{port} refused the connection")
+            return
+        except socket.gaierror as exc:
+            self._refuse(stream, StreamCode.TARGET_UNREACHABLE, f"cannot resolve {address}: {exc}")
+            return
+        except OSError as exc:
+            code = (
+                StreamCode.TARGET_UNREACHABLE
+                if exc.errno in _UNREACHABLE_ERRNOS or exc.errno is None
+                else StreamCode.TARGET_REFUSED
+            )
+            self._refuse(stream, code, f"{name}:{port}: {exc.strerror or exc}")
+            return
+        stream.accept()
+        self.metrics.streams.labels("ok").inc()
+        self.metrics.active.inc()
+        try:
+            await self._pump(stream, reader, writer)
+        finally:
+            self.metrics.active.dec()
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+    async def _pump(
+        self, stream: TunnelStream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        up = asyncio.create_task(self._to_target(stream, writer))
+        down = asyncio.create_task(self._from_target(stream, reader))
+        try:
+            done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            await asyncio.gather(up, down)
+        except StreamResetError:
+            pass  # the gateway side went away: just close the target
+        except (ConnectionError, OSError) as exc:
+            stream.reset(StreamCode.TARGET_RESET, f"target connection broke: {exc}")
+        finally:
+            for task in (up, down):
+                task.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+
+    async def _to_target(self, stream: TunnelStream, writer: asyncio.StreamWriter) -> None:
+        while True:
+            data = await stream.read(READ_CHUNK_BYTES)
+            if not data:
+                if writer.can_write_eof():
+                    writer.write_eof()
+                return
+            writer.write(data)
+            self.metrics.bytes.labels("to_target").inc(len(data))
+            await writer.drain()
+
+    async def _from_target(self, stream: TunnelStream, reader: asyncio.StreamReader) -> None:
+        while True:
+            data = await reader.read(READ_CHUNK_BYTES)
+            if not data:
+                await stream.write_eof()
+                return
+            self.metrics.bytes.labels("from_target").inc(len(data))
+            await stream.write(data)

@@ -1,0 +1,191 @@
+"""IPv4 and IPv6 header parsing with bounds checks.
+
+:func:`parse_packet` takes the bytes of one IP packet (as read from a TUN device
+or carried by a tunnel datagram) and returns a :class:`PacketInfo`, or raises
+:class:`MalformedPacket`. Any input either parses or raises that one error.
+Addresses are plain ints (fast to mask for routing); the ``*_address``
+properties give :mod:`ipaddress` objects.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+IPV4 = 4
+IPV6 = 6
+PROTO_HOPOPT = 0
+PROTO_ICMP = 1
+PROTO_TCP = 6
+PROTO_UDP = 17
+PROTO_IPV6_ROUTE = 43
+PROTO_IPV6_FRAG = 44
+PROTO_AH = 51
+PROTO_ICMPV6 = 58
+PROTO_IPV6_NONXT = 59
+PROTO_IPV6_OPTS = 60
+
+IPV4_MIN_HEADER_BYTES = 20
+IPV6_HEADER_BYTES = 40
+TCP_MIN_HEADER_BYTES = 20
+#: The smallest MTU every IPv6 link has (RFC 8200 section 5).
+IPV6_MIN_MTU = 1280
+#: Every IPv4 host accepts datagrams of this size (RFC 791); ICMP errors stay within it.
+IPV4_MIN_REASSEMBLY_BYTES = 576
+#: IPv6 extension headers walked at most; a longer chain is refused as malformed.
+MAX_IPV6_EXTENSION_HEADERS = 8
+
+_V4_FLAG_DF = 0x4000
+_V4_FLAG_MF = 0x2000
+_V4_OFFSET_MASK = 0x1FFF
+_V6_EXTENSIONS = frozenset({PROTO_HOPOPT, PROTO_IPV6_ROUTE, PROTO_IPV6_OPTS, PROTO_AH})
+
+
+class MalformedPacket(ValueError):
+    """The bytes are not a well-formed IPv4/IPv6 packet; ``reason`` says what is wrong."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class PacketInfo:
+    """What the L3 path needs from an IP header."""
+
+    #: 4 or 6.
+    version: int
+    #: Source and destination addresses as integers (32 or 128 bits).
+    src: int
+    dst: int
+    #: Total packet length in bytes (always ``len(packet)``: trailing bytes are refused).
+    length: int
+    #: Upper-layer protocol (for IPv6: after the extension headers).
+    protocol: int
+    #: Offset of the upper-layer header (the payload of a non-first fragment).
+    l4_offset: int
+    #: Fragment offset in bytes (0 for unfragmented packets and first fragments).
+    fragment_offset: int = 0
+    #: More fragments follow.
+    more_fragments: bool = False
+    #: IPv4 DF bit; always True for IPv6 (routers never fragment IPv6).
+    dont_fragment: bool = True
+
+    @property
+    def src_address(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        return _address(self.version, self.src)
+
+    @property
+    def dst_address(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        return _address(self.version, self.dst)
+
+    @property
+    def is_fragment(self) -> bool:
+        return self.fragment_offset != 0 or self.more_fragments
+
+    @property
+    def header_bytes(self) -> int:
+        """IPv4: the header length (IHL); IPv6: the fixed header plus extension headers."""
+        return self.l4_offset
+
+
+def _address(version: int, value: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    if version == IPV4:
+        return ipaddress.IPv4Address(value)
+    return ipaddress.IPv6Address(value)
+
+
+def parse_packet(data: bytes | bytearray | memoryview) -> PacketInfo:
+    """Parse the IP header of ``data``; raises :class:`MalformedPacket`."""
+    if not data:
+        raise MalformedPacket("empty packet")
+    version = data[0] >> 4
+    if version == IPV4:
+        return _parse_ipv4(data)
+    if version == IPV6:
+        return _parse_ipv6(data)
+    raise MalformedPacket(f"IP version {version}")
+
+
+def _parse_ipv4(data: bytes | bytearray | memoryview) -> PacketInfo:
+    size = len(data)
+    if size < IPV4_MIN_HEADER_BYTES:
+        raise MalformedPacket(f"IPv4 packet of {size} bytes is shorter than a header")
+    ihl = (data[0] & 0x0F) * 4
+    if ihl < IPV4_MIN_HEADER_BYTES:
+        raise MalformedPacket(f"IPv4 header length {ihl}")
+    total = (data[2] << 8) | data[3]
+    if total != size:
+        raise MalformedPacket(f"IPv4 total length {total} but {size} bytes")
+    if ihl > total:
+        raise MalformedPacket(f"IPv4 header length {ihl} beyond total length {total}")
+    flags = (data[6] << 8) | data[7]
+    return PacketInfo(
+        version=IPV4,
+        src=int.from_bytes(data[12:16], "big"),
+        dst=int.from_bytes(data[16:20], "big"),
+        length=total,
+        protocol=data[9],
+        l4_offset=ihl,
+        fragment_offset=(flags & _V4_OFFSET_MASK) * 8,
+        more_fragments=bool(flags & _V4_FLAG_MF),
+        dont_fragment=bool(flags & _V4_FLAG_DF),
+    )
+
+
+def _parse_ipv6(data: bytes | bytearray | memoryview) -> PacketInfo:
+    size = len(data)
+    if size < IPV6_HEADER_BYTES:
+        raise MalformedPacket(f"IPv6 packet of {size} bytes is shorter than a header")
+    payload = (data[4] << 8) | data[5]
+    if payload + IPV6_HEADER_BYTES != size:
+        raise MalformedPacket(f"IPv6 payload length {payload} but {size - 40} bytes follow")
+    protocol = data[6]
+    offset = IPV6_HEADER_BYTES
+    fragment_offset = 0
+    more_fragments = False
+    for _ in range(MAX_IPV6_EXTENSION_HEADERS):
+        if protocol in _V6_EXTENSIONS:
+            if offset + 2 > size:
+                raise MalformedPacket("IPv6 extension header truncated")
+            if protocol == PROTO_AH:
+                length = (data[offset + 1] + 2) * 4
+            else:
+                length = (data[offset + 1] + 1) * 8
+            if offset + length > size:
+                raise MalformedPacket("IPv6 extension header beyond the packet")
+            protocol = data[offset]
+            offset += length
+        elif protocol == PROTO_IPV6_FRAG:
+            if offset + 8 > size:
+                raise MalformedPacket("IPv6 fragment header truncated")
+            field = (data[offset + 2] << 8) | data[offset + 3]
+            fragment_offset = field & 0xFFF8
+            more_fragments = bool(field & 1)
+            protocol = data[offset]
+            offset += 8
+            if fragment_offset:
+                break  # what follows is the middle of some other header
+        else:
+            break
+    else:
+        raise MalformedPacket("too many IPv6 extension headers")
+    return PacketInfo(
+        version=IPV6,
+        src=int.from_bytes(data[8:24], "big"),
+        dst=int.from_bytes(data[24:40], "big"),
+        length=size,
+        protocol=protocol,
+        l4_offset=offset,
+        fragment_offset=fragment_offset,
+        more_fragments=more_fragments,
+        dont_fragment=True,
+    )
+
+
+def is_tcp_syn(data: bytes | bytearray | memoryview, info: PacketInfo) -> bool:
+    """True for the first fragment (or whole packet) of a TCP segment with SYN set."""
+    if info.protocol != PROTO_TCP or info.fragment_offset:
+        return False
+    flags_at = info.l4_offset + 13
+    return flags_at < info.length and bool(data[flags_at] & 0x02)

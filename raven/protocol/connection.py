@@ -1,0 +1,251 @@
+"""TunnelConnection: the one sans-IO object a transport adapter drives.
+
+It is a :class:`~raven.protocol.secure_channel.SecureChannel` (handshake and
+records) with a :class:`~raven.protocol.mux.Multiplexer` (streams, datagrams,
+keepalive, drain, registration) on top. Wire bytes go in with
+:meth:`TunnelConnection.receive_data` and come out of
+:meth:`TunnelConnection.data_to_send`; events come out of
+:meth:`TunnelConnection.next_event`; time is always an argument.
+
+Nothing the peer sends makes ``receive_data`` raise: a handshake rejection, a
+bad record or a frame that breaks the protocol closes the tunnel with a CLOSE
+frame (when transport keys exist) and a :class:`ConnectionTerminated` event,
+after a :class:`StreamReset` (TUNNEL_CLOSED) for every open stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
+from raven.protocol.events import Event, HandshakeCompleted
+from raven.protocol.handshake import ReplayGuard
+from raven.protocol.limits import Limits
+from raven.protocol.mux import Multiplexer, TunnelStats
+from raven.protocol.secure_channel import Role, SecureChannel
+
+__all__ = ["Role", "TunnelConnection"]
+
+#: ConnectionTerminated reason when the handshake did not finish in time.
+HANDSHAKE_TIMEOUT_REASON = "handshake_timeout"
+
+
+class TunnelConnection:
+    """One tunnel, either end. See docs/architecture.md for the contract."""
+
+    def __init__(
+        self,
+        *,
+        role: Role,
+        static_private: bytes,
+        limits: Limits,
+        now: float,
+        remote_static: bytes | None = None,
+        psk: bytes = bytes(32),
+        wall_time_ns: int | None = None,
+        authorize: Callable[[bytes], bool] | None = None,
+        replay_guard: ReplayGuard | None = None,
+    ) -> None:
+        self._role = role
+        self._limits = limits
+        self._now = now
+        self._channel = SecureChannel(
+            role=role,
+            static_private=static_private,
+            limits=limits,
+            now=now,
+            remote_static=remote_static,
+            psk=psk,
+            wall_time_ns=wall_time_ns,
+            authorize=authorize,
+            replay_guard=replay_guard,
+        )
+        self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
+        self._handshake_reported = False
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def handshake_complete(self) -> bool:
+        return self._channel.handshake_complete
+
+    @property
+    def remote_static(self) -> bytes | None:
+        return self._channel.remote_static
+
+    @property
+    def closed(self) -> bool:
+        """ConnectionTerminated was emitted; only a final CLOSE record may still be sent."""
+        return self._mux.closed
+
+    @property
+    def draining(self) -> bool:
+        return self._mux.draining
+
+    @property
+    def rtt_s(self) -> float | None:
+        return self._mux.rtt_s
+
+    @property
+    def open_streams(self) -> int:
+        return self._mux.open_streams
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received on streams and not yet consumed (see max_tunnel_buffered_bytes)."""
+        return self._mux.buffered_bytes
+
+    @property
+    def stats(self) -> TunnelStats:
+        """Live counters: wire bytes/records from the channel, frames, drops, resets."""
+        stats = self._mux.stats
+        channel = self._channel.stats
+        stats.bytes_sent = channel.bytes_sent
+        stats.bytes_received = channel.bytes_received
+        stats.records_sent = channel.records_sent
+        stats.records_received = channel.records_received
+        stats.rekeys_sent = channel.rekeys_sent
+        stats.rekeys_received = channel.rekeys_received
+        return stats
+
+    # ------------------------------------------------------------------ I/O
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Feed wire bytes from the peer. Never raises for anything the peer sent."""
+        self._now = now
+        if self._mux.closed:
+            return
+        try:
+            payloads = self._channel.receive_data(data, now)
+        except HandshakeRejected as exc:
+            self._fail(exc.code, exc.reason)
+            return
+        except RemoteProtocolError as exc:
+            self._fail(exc.code, str(exc))
+            return
+        if not self._handshake_reported and self._channel.handshake_complete:
+            self._handshake_reported = True
+            self._mux.start_timers(now)
+            remote = self._channel.remote_static
+            assert remote is not None
+            self._mux.add_event(HandshakeCompleted(remote))
+        mux = self._mux
+        try:
+            for payload in payloads:
+                mux.receive_payload(payload, now)
+        except RemoteProtocolError as exc:
+            self._fail(exc.code, str(exc))
+
+    def _fail(self, code: CloseCode, reason: str) -> None:
+        if self._channel.handshake_complete:
+            self._mux.close(code, reason)
+        else:
+            self._mux.abort(code, reason, by_peer=False)
+
+    def data_to_send(self, max_bytes: int | None = None, now: float | None = None) -> bytes:
+        """Wire bytes to write: the handshake, then records sealed from the multiplexer's
+        payloads (control first, then fair round-robin stream data) up to about
+        ``max_bytes`` of plaintext. ``now`` defaults to the latest time seen."""
+        channel = self._channel
+        if channel.handshake_complete:
+            if now is None:
+                now = self._now
+            mux = self._mux
+            budget = max_bytes
+            while budget is None or budget > 0:
+                payload = mux.next_payload()
+                if payload is None:
+                    break
+                channel.seal(payload, now)
+                if budget is not None:
+                    budget -= len(payload)
+        return channel.data_to_send()
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """True when data_to_send would return something."""
+        if self._channel.bytes_to_send:
+            return True
+        return self._channel.handshake_complete and self._mux.has_output
+
+    def next_event(self) -> Event | None:
+        return self._mux.next_event()
+
+    def get_timer(self) -> float | None:
+        """When :meth:`handle_timer` must be called next (None: no timer)."""
+        if self._mux.closed:
+            return None
+        if not self._channel.handshake_complete:
+            return self._channel.handshake_deadline
+        return self._mux.get_timer()
+
+    def handle_timer(self, now: float) -> None:
+        """Run due timers: handshake timeout, keepalive PING, dead peer, drain timeout."""
+        self._now = now
+        if self._mux.closed:
+            return
+        if not self._channel.handshake_complete:
+            deadline = self._channel.handshake_deadline
+            if deadline is not None and now >= deadline:
+                self._mux.abort(CloseCode.AUTH_FAILED, HANDSHAKE_TIMEOUT_REASON, by_peer=False)
+            return
+        self._mux.handle_timer(now)
+
+    # ------------------------------------------------------------------ streams
+
+    def open_stream(self, node: str, port: int) -> int:
+        return self._mux.open_stream(node, port)
+
+    def accept_stream(self, stream_id: int) -> None:
+        self._mux.accept_stream(stream_id)
+
+    def refuse_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
+        self._mux.refuse_stream(stream_id, code, reason)
+
+    def send_capacity(self, stream_id: int) -> int:
+        return self._mux.send_capacity(stream_id)
+
+    def send_stream_data(self, stream_id: int, data: bytes | bytearray | memoryview) -> None:
+        self._mux.send_stream_data(stream_id, data)
+
+    def end_stream(self, stream_id: int) -> None:
+        self._mux.end_stream(stream_id)
+
+    def reset_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
+        self._mux.reset_stream(stream_id, code, reason)
+
+    def consume_stream_data(self, stream_id: int, size: int) -> None:
+        self._mux.consume_stream_data(stream_id, size)
+
+    # ------------------------------------------------------------------ datagrams, registration
+
+    def send_datagram(self, data: bytes) -> bool:
+        return self._mux.send_datagram(data)
+
+    def register(self, nodes: Iterable[str], prefixes: Iterable[str]) -> None:
+        self._mux.register(nodes, prefixes)
+
+    def answer_registration(
+        self,
+        accepted_nodes: Iterable[str],
+        accepted_prefixes: Iterable[str],
+        refused: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self._mux.answer_registration(accepted_nodes, accepted_prefixes, refused)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def go_away(self, code: CloseCode, reason: str = "", now: float | None = None) -> None:
+        """Drain: GOAWAY to the peer, no new streams either way; open streams get
+        ``drain_timeout_s`` (from ``now``, default the latest time seen) to finish."""
+        self._mux.go_away(code, reason, self._now if now is None else now)
+
+    def close(self, code: CloseCode = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the tunnel: every stream is reset, a CLOSE record is the last one sent
+        (when keys exist), ConnectionTerminated(by_peer=False) is emitted."""
+        self._fail(code, reason)

@@ -1,0 +1,558 @@
+"""Frames: what a record payload carries (byte layouts in docs/protocol.md).
+
+Every frame starts with an 8-byte header: type u8, flags u8, stream_id u32,
+length u16 (big-endian), then ``length`` payload bytes. A record payload holds
+one or more whole frames; a frame never spans two records.
+
+:func:`parse_frames` meets any byte string by returning frames or raising
+:class:`RemoteProtocolError`; nothing else escapes. Encoders raise
+:class:`LocalProtocolError` for values our own code should never produce.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES
+from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.names import is_valid_node_name, normalize_node_name
+
+
+class FrameType(enum.IntEnum):
+    """Frame type byte. Values are wire format: never renumber."""
+
+    DATA = 0
+    OPEN = 1
+    OPEN_RESULT = 2
+    CREDIT = 3
+    END = 4
+    RESET = 5
+    DATAGRAM = 6
+    PING = 7
+    PONG = 8
+    REGISTER = 9
+    REGISTER_RESULT = 10
+    GOAWAY = 11
+    CLOSE = 12
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+#: REGISTER / REGISTER_RESULT: this chunk completes the set.
+FLAG_FINAL = 0x01
+#: Longest reason text on the wire (UTF-8 bytes); longer ones are cut when encoding.
+MAX_REASON_BYTES = 255
+#: Longest IP prefix text in a registration (``ffff:...:ffff/128`` is 43).
+MAX_PREFIX_BYTES = 64
+#: Largest stream id (u32); 0 is the connection itself.
+MAX_STREAM_ID = 0xFFFFFFFF
+#: PING/PONG carry this many opaque bytes.
+PING_OPAQUE_BYTES = 8
+#: Largest CREDIT increment (u32).
+MAX_CREDIT_INCREMENT = 0xFFFFFFFF
+
+HEADER = struct.Struct(">BBIH")
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_ENTRY_HEAD = struct.Struct(">BB")  # kind, length
+_NODE_CHARS = re.compile(r"[A-Za-z0-9.-]+")
+_PREFIX_CHARS = re.compile(r"[0-9A-Fa-f:./]+")
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+_ENTRY_NODE = 0
+_ENTRY_PREFIX = 1
+_ENTRY_REFUSED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DataFrame:
+    TYPE: ClassVar[FrameType] = FrameType.DATA
+    stream_id: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OpenFrame:
+    TYPE: ClassVar[FrameType] = FrameType.OPEN
+    stream_id: int
+    node: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenResultFrame:
+    TYPE: ClassVar[FrameType] = FrameType.OPEN_RESULT
+    stream_id: int
+    code: StreamCode
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CreditFrame:
+    TYPE: ClassVar[FrameType] = FrameType.CREDIT
+    stream_id: int
+    increment: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndFrame:
+    TYPE: ClassVar[FrameType] = FrameType.END
+    stream_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetFrame:
+    TYPE: ClassVar[FrameType] = FrameType.RESET
+    stream_id: int
+    code: StreamCode
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DatagramFrame:
+    TYPE: ClassVar[FrameType] = FrameType.DATAGRAM
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PingFrame:
+    TYPE: ClassVar[FrameType] = FrameType.PING
+    opaque: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PongFrame:
+    TYPE: ClassVar[FrameType] = FrameType.PONG
+    opaque: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterFrame:
+    TYPE: ClassVar[FrameType] = FrameType.REGISTER
+    nodes: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterResultFrame:
+    TYPE: ClassVar[FrameType] = FrameType.REGISTER_RESULT
+    accepted_nodes: tuple[str, ...]
+    accepted_prefixes: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...]
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GoAwayFrame:
+    TYPE: ClassVar[FrameType] = FrameType.GOAWAY
+    code: CloseCode
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseFrame:
+    TYPE: ClassVar[FrameType] = FrameType.CLOSE
+    code: CloseCode
+    reason: str = ""
+
+
+Frame = (
+    DataFrame
+    | OpenFrame
+    | OpenResultFrame
+    | CreditFrame
+    | EndFrame
+    | ResetFrame
+    | DatagramFrame
+    | PingFrame
+    | PongFrame
+    | RegisterFrame
+    | RegisterResultFrame
+    | GoAwayFrame
+    | CloseFrame
+)
+
+_STREAM_TYPES = frozenset(
+    {
+        FrameType.DATA,
+        FrameType.OPEN,
+        FrameType.OPEN_RESULT,
+        FrameType.CREDIT,
+        FrameType.END,
+        FrameType.RESET,
+    }
+)
+_FINAL_TYPES = frozenset({FrameType.REGISTER, FrameType.REGISTER_RESULT})
+
+
+# --------------------------------------------------------------------------- text helpers
+
+
+def clean_reason(reason: str) -> str:
+    """Reason text as it goes on the wire and into logs: control characters become
+    ``?`` and the UTF-8 form is cut to :data:`MAX_REASON_BYTES` (on a character boundary)."""
+    reason = _UNPRINTABLE.sub("?", reason)
+    raw = reason.encode("utf-8", "replace")
+    if len(raw) <= MAX_REASON_BYTES:
+        return reason
+    return raw[:MAX_REASON_BYTES].decode("utf-8", "ignore")
+
+
+def _encode_reason(reason: str) -> bytes:
+    return clean_reason(reason).encode("utf-8", "replace")
+
+
+def _decode_reason(raw: bytes) -> str:
+    if len(raw) > MAX_REASON_BYTES:
+        raise RemoteProtocolError(f"reason longer than {MAX_REASON_BYTES} bytes")
+    return _UNPRINTABLE.sub("?", raw.decode("utf-8", "replace"))
+
+
+def check_node_name(node: str) -> str:
+    """Validate and normalise a node name for sending; LocalProtocolError if invalid."""
+    if not _NODE_CHARS.fullmatch(node) or not is_valid_node_name(node):
+        raise LocalProtocolError(f"invalid node name {node[:80]!r}")
+    return normalize_node_name(node)
+
+
+def check_prefix(prefix: str) -> str:
+    """Check an IP prefix's text form for sending (its meaning is checked by the gateway)."""
+    if len(prefix) > MAX_PREFIX_BYTES or not _PREFIX_CHARS.fullmatch(prefix):
+        raise LocalProtocolError(f"invalid IP prefix {prefix[:80]!r}")
+    return prefix
+
+
+def _decode_node(raw: bytes) -> str:
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("node name is not ASCII") from None
+    if not _NODE_CHARS.fullmatch(text) or not is_valid_node_name(text):
+        raise RemoteProtocolError("invalid node name")
+    return normalize_node_name(text)
+
+
+def _decode_prefix(raw: bytes) -> str:
+    if len(raw) > MAX_PREFIX_BYTES:
+        raise RemoteProtocolError("IP prefix too long")
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("IP prefix is not ASCII") from None
+    if not _PREFIX_CHARS.fullmatch(text):
+        raise RemoteProtocolError("invalid IP prefix")
+    return text
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_header(ftype: FrameType, flags: int, stream_id: int, length: int) -> bytes:
+    return HEADER.pack(ftype, flags, stream_id, length)
+
+
+def encode_data_header(stream_id: int, length: int) -> bytes:
+    """Header of a DATA frame whose ``length`` payload bytes follow (the hot path)."""
+    return HEADER.pack(FrameType.DATA, 0, stream_id, length)
+
+
+def _frame(ftype: FrameType, stream_id: int, body: bytes, flags: int = 0) -> bytes:
+    if len(body) > MAX_FRAME_PAYLOAD_BYTES:
+        raise LocalProtocolError(f"{ftype.label} frame payload of {len(body)} bytes is too big")
+    return HEADER.pack(ftype, flags, stream_id, len(body)) + body
+
+
+def _check_stream_id(stream_id: int) -> None:
+    if not 0 < stream_id <= MAX_STREAM_ID:
+        raise LocalProtocolError(f"stream id {stream_id} out of range")
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """Encode one frame (header + payload)."""
+    if isinstance(frame, DataFrame):
+        _check_stream_id(frame.stream_id)
+        return _frame(FrameType.DATA, frame.stream_id, bytes(frame.data))
+    if isinstance(frame, OpenFrame):
+        _check_stream_id(frame.stream_id)
+        if not 0 < frame.port <= 0xFFFF:
+            raise LocalProtocolError(f"port {frame.port} out of range")
+        node = check_node_name(frame.node).encode("ascii")
+        return _frame(FrameType.OPEN, frame.stream_id, _U16.pack(frame.port) + node)
+    if isinstance(frame, OpenResultFrame | ResetFrame):
+        _check_stream_id(frame.stream_id)
+        body = _U8.pack(frame.code) + _encode_reason(frame.reason)
+        return _frame(frame.TYPE, frame.stream_id, body)
+    if isinstance(frame, CreditFrame):
+        _check_stream_id(frame.stream_id)
+        if not 0 < frame.increment <= MAX_CREDIT_INCREMENT:
+            raise LocalProtocolError(f"credit increment {frame.increment} out of range")
+        return _frame(FrameType.CREDIT, frame.stream_id, _U32.pack(frame.increment))
+    if isinstance(frame, EndFrame):
+        _check_stream_id(frame.stream_id)
+        return _frame(FrameType.END, frame.stream_id, b"")
+    if isinstance(frame, DatagramFrame):
+        if not frame.data:
+            raise LocalProtocolError("empty datagram")
+        return _frame(FrameType.DATAGRAM, 0, bytes(frame.data))
+    if isinstance(frame, PingFrame | PongFrame):
+        if len(frame.opaque) != PING_OPAQUE_BYTES:
+            raise LocalProtocolError("ping opaque data must be 8 bytes")
+        return _frame(frame.TYPE, 0, bytes(frame.opaque))
+    if isinstance(frame, GoAwayFrame | CloseFrame):
+        return _frame(frame.TYPE, 0, _U8.pack(frame.code) + _encode_reason(frame.reason))
+    if isinstance(frame, RegisterFrame):
+        body = _entries(_ENTRY_NODE, frame.nodes, check_node_name)
+        body += _entries(_ENTRY_PREFIX, frame.prefixes, check_prefix)
+        return _frame(FrameType.REGISTER, 0, body, FLAG_FINAL if frame.final else 0)
+    if isinstance(frame, RegisterResultFrame):
+        body = _entries(_ENTRY_NODE, frame.accepted_nodes, check_node_name)
+        body += _entries(_ENTRY_PREFIX, frame.accepted_prefixes, check_prefix)
+        body += b"".join(_refused_entry(entry, reason) for entry, reason in frame.refused)
+        return _frame(FrameType.REGISTER_RESULT, 0, body, FLAG_FINAL if frame.final else 0)
+    raise LocalProtocolError(f"not a frame: {frame!r}")  # pragma: no cover
+
+
+def _entry(kind: int, raw: bytes) -> bytes:
+    return _ENTRY_HEAD.pack(kind, len(raw)) + raw
+
+
+def _entries(kind: int, values: Iterable[str], check: Callable[[str], str]) -> bytes:
+    return b"".join(_entry(kind, check(value).encode("ascii")) for value in values)
+
+
+def _refused_entry(entry: str, reason: str) -> bytes:
+    raw_entry = _encode_reason(entry)
+    raw_reason = _encode_reason(reason)
+    return _entry(_ENTRY_REFUSED, raw_entry) + _U8.pack(len(raw_reason)) + raw_reason
+
+
+def _chunk(entries: Iterable[bytes], ftype: FrameType, max_payload: int) -> list[bytes]:
+    """Pack encoded entries into as few frames as fit ``max_payload``; the last is FINAL."""
+    frames: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for entry in entries:
+        if size + len(entry) > max_payload and chunk:
+            frames.append(_frame(ftype, 0, b"".join(chunk)))
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += len(entry)
+    frames.append(_frame(ftype, 0, b"".join(chunk), FLAG_FINAL))
+    return frames
+
+
+def encode_register(
+    nodes: Iterable[str], prefixes: Iterable[str], max_payload: int = MAX_FRAME_PAYLOAD_BYTES
+) -> list[bytes]:
+    """REGISTER frames carrying the whole set; the last one has FLAG_FINAL."""
+    entries = [_entry(_ENTRY_NODE, check_node_name(n).encode("ascii")) for n in nodes]
+    entries += [_entry(_ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in prefixes]
+    return _chunk(entries, FrameType.REGISTER, max_payload)
+
+
+def encode_register_result(
+    accepted_nodes: Iterable[str],
+    accepted_prefixes: Iterable[str],
+    refused: Iterable[tuple[str, str]],
+    max_payload: int = MAX_FRAME_PAYLOAD_BYTES,
+) -> list[bytes]:
+    """REGISTER_RESULT frames carrying the whole answer; the last one has FLAG_FINAL."""
+    entries = [_entry(_ENTRY_NODE, check_node_name(n).encode("ascii")) for n in accepted_nodes]
+    entries += [_entry(_ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in accepted_prefixes]
+    entries += [_refused_entry(entry, reason) for entry, reason in refused]
+    return _chunk(entries, FrameType.REGISTER_RESULT, max_payload)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_frames(payload: bytes) -> list[Frame]:
+    """Parse a record payload into frames, or raise RemoteProtocolError."""
+    frames: list[Frame] = []
+    total = len(payload)
+    offset = 0
+    unpack = HEADER.unpack_from
+    while offset < total:
+        if total - offset < FRAME_HEADER_BYTES:
+            raise RemoteProtocolError("truncated frame header")
+        ftype, flags, stream_id, length = unpack(payload, offset)
+        offset += FRAME_HEADER_BYTES
+        end = offset + length
+        if end > total:
+            raise RemoteProtocolError("frame runs past the end of its record")
+        if ftype == FrameType.DATA:  # hot path
+            if flags or not stream_id:
+                raise RemoteProtocolError("bad DATA frame header")
+            frames.append(DataFrame(stream_id, payload[offset:end]))
+        else:
+            frames.append(_decode(ftype, flags, stream_id, payload[offset:end]))
+        offset = end
+    return frames
+
+
+def _decode(ftype_value: int, flags: int, stream_id: int, body: bytes) -> Frame:
+    try:
+        ftype = FrameType(ftype_value)
+    except ValueError:
+        raise RemoteProtocolError(f"unknown frame type {ftype_value}") from None
+    if flags & ~(FLAG_FINAL if ftype in _FINAL_TYPES else 0):
+        raise RemoteProtocolError(f"unknown flags {flags:#x} on {ftype.label} frame")
+    if (ftype in _STREAM_TYPES) != (stream_id != 0):
+        raise RemoteProtocolError(f"bad stream id {stream_id} on {ftype.label} frame")
+    return _DECODERS[ftype](stream_id, body, bool(flags & FLAG_FINAL))
+
+
+def _stream_code(value: int) -> StreamCode:
+    try:
+        return StreamCode(value)
+    except ValueError:
+        raise RemoteProtocolError(f"unknown stream code {value}") from None
+
+
+def _close_code(value: int) -> CloseCode:
+    try:
+        return CloseCode(value)
+    except ValueError:
+        raise RemoteProtocolError(f"unknown close code {value}") from None
+
+
+def _need(body: bytes, size: int, what: str) -> None:
+    if len(body) < size:
+        raise RemoteProtocolError(f"{what} frame too short")
+
+
+def _d_open(stream_id: int, body: bytes, _final: bool) -> Frame:
+    _need(body, 3, "OPEN")
+    (port,) = _U16.unpack_from(body)
+    if port == 0:
+        raise RemoteProtocolError("OPEN to port 0")
+    return OpenFrame(stream_id, _decode_node(body[2:]), port)
+
+
+def _d_open_result(stream_id: int, body: bytes, _final: bool) -> Frame:
+    _need(body, 1, "OPEN_RESULT")
+    return OpenResultFrame(stream_id, _stream_code(body[0]), _decode_reason(body[1:]))
+
+
+def _d_credit(stream_id: int, body: bytes, _final: bool) -> Frame:
+    if len(body) != 4:
+        raise RemoteProtocolError("CREDIT frame must carry 4 bytes")
+    (increment,) = _U32.unpack(body)
+    if increment == 0:
+        raise RemoteProtocolError("CREDIT of zero bytes")
+    return CreditFrame(stream_id, increment)
+
+
+def _d_end(stream_id: int, body: bytes, _final: bool) -> Frame:
+    if body:
+        raise RemoteProtocolError("END frame with a payload")
+    return EndFrame(stream_id)
+
+
+def _d_reset(stream_id: int, body: bytes, _final: bool) -> Frame:
+    _need(body, 1, "RESET")
+    return ResetFrame(stream_id, _stream_code(body[0]), _decode_reason(body[1:]))
+
+
+def _d_datagram(_stream_id: int, body: bytes, _final: bool) -> Frame:
+    if not body:
+        raise RemoteProtocolError("empty DATAGRAM frame")
+    return DatagramFrame(body)
+
+
+def _d_ping(_stream_id: int, body: bytes, _final: bool) -> Frame:
+    if len(body) != PING_OPAQUE_BYTES:
+        raise RemoteProtocolError("PING frame must carry 8 bytes")
+    return PingFrame(body)
+
+
+def _d_pong(_stream_id: int, body: bytes, _final: bool) -> Frame:
+    if len(body) != PING_OPAQUE_BYTES:
+        raise RemoteProtocolError("PONG frame must carry 8 bytes")
+    return PongFrame(body)
+
+
+def _d_goaway(_stream_id: int, body: bytes, _final: bool) -> Frame:
+    _need(body, 1, "GOAWAY")
+    return GoAwayFrame(_close_code(body[0]), _decode_reason(body[1:]))
+
+
+def _d_close(_stream_id: int, body: bytes, _final: bool) -> Frame:
+    _need(body, 1, "CLOSE")
+    return CloseFrame(_close_code(body[0]), _decode_reason(body[1:]))
+
+
+def _read_entries(
+    body: bytes, *, result: bool
+) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    nodes: list[str] = []
+    prefixes: list[str] = []
+    refused: list[tuple[str, str]] = []
+    offset = 0
+    total = len(body)
+    while offset < total:
+        if total - offset < 2:
+            raise RemoteProtocolError("truncated registration entry")
+        kind, length = _ENTRY_HEAD.unpack_from(body, offset)
+        offset += 2
+        raw = body[offset : offset + length]
+        offset += length
+        if len(raw) != length or length == 0:
+            raise RemoteProtocolError("bad registration entry length")
+        if kind == _ENTRY_NODE:
+            nodes.append(_decode_node(raw))
+        elif kind == _ENTRY_PREFIX:
+            prefixes.append(_decode_prefix(raw))
+        elif kind == _ENTRY_REFUSED and result:
+            if offset >= total:
+                raise RemoteProtocolError("truncated refused entry")
+            reason_len = body[offset]
+            reason = body[offset + 1 : offset + 1 + reason_len]
+            offset += 1 + reason_len
+            if len(reason) != reason_len:
+                raise RemoteProtocolError("truncated refusal reason")
+            refused.append((_decode_reason(raw), _decode_reason(reason)))
+        else:
+            raise RemoteProtocolError(f"unknown registration entry kind {kind}")
+    return nodes, prefixes, refused
+
+
+def _d_register(_stream_id: int, body: bytes, final: bool) -> Frame:
+    nodes, prefixes, _ = _read_entries(body, result=False)
+    return RegisterFrame(tuple(nodes), tuple(prefixes), final)
+
+
+def _d_register_result(_stream_id: int, body: bytes, final: bool) -> Frame:
+    nodes, prefixes, refused = _read_entries(body, result=True)
+    return RegisterResultFrame(tuple(nodes), tuple(prefixes), tuple(refused), final)
+
+
+def _d_data(stream_id: int, body: bytes, _final: bool) -> Frame:  # pragma: no cover
+    return DataFrame(stream_id, body)
+
+
+_DECODERS: dict[FrameType, Callable[[int, bytes, bool], Frame]] = {
+    FrameType.DATA: _d_data,
+    FrameType.OPEN: _d_open,
+    FrameType.OPEN_RESULT: _d_open_result,
+    FrameType.CREDIT: _d_credit,
+    FrameType.END: _d_end,
+    FrameType.RESET: _d_reset,
+    FrameType.DATAGRAM: _d_datagram,
+    FrameType.PING: _d_ping,
+    FrameType.PONG: _d_pong,
+    FrameType.REGISTER: _d_register,
+    FrameType.REGISTER_RESULT: _d_register_result,
+    FrameType.GOAWAY: _d_goaway,
+    FrameType.CLOSE: _d_close,
+}

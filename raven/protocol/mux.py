@@ -1,0 +1,679 @@
+"""Multiplexer: frames <-> streams, the fair scheduler, keepalive, drain, registration.
+
+Sans-IO over plaintext record payloads: :meth:`Multiplexer.receive_payload`
+takes the frames payload of one record, :meth:`Multiplexer.next_payload`
+produces the next one to seal (at most ``MAX_RECORD_PLAINTEXT_BYTES - 1``
+bytes). Events come out of :meth:`Multiplexer.next_event`. The peer's
+violations raise :class:`RemoteProtocolError` (the caller then calls
+:meth:`Multiplexer.abort`); our own illegal calls raise
+:class:`LocalProtocolError`.
+
+Sending order inside a payload: control frames (OPEN, CREDIT, RESET, PONG...)
+first, then datagrams (at most half the payload while streams wait), then
+stream data by deficit round robin with a quantum of
+``limits.max_frame_payload_bytes``, so one busy stream cannot starve the others.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_RECORD_PLAINTEXT_BYTES
+from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.events import (
+    ConnectionTerminated,
+    DatagramReceived,
+    Event,
+    GoAwayReceived,
+    PongReceived,
+    RegistrationAnswered,
+    RegistrationReceived,
+    StreamAccepted,
+    StreamClosed,
+    StreamDataReceived,
+    StreamEnded,
+    StreamOpened,
+    StreamRefused,
+    StreamReset,
+    StreamWindowOpened,
+)
+from raven.protocol.frames import (
+    MAX_STREAM_ID,
+    CloseFrame,
+    CreditFrame,
+    DataFrame,
+    DatagramFrame,
+    EndFrame,
+    Frame,
+    FrameType,
+    GoAwayFrame,
+    OpenFrame,
+    OpenResultFrame,
+    PingFrame,
+    PongFrame,
+    RegisterFrame,
+    RegisterResultFrame,
+    ResetFrame,
+    clean_reason,
+    encode_data_header,
+    encode_frame,
+    encode_header,
+    encode_register,
+    encode_register_result,
+    parse_frames,
+)
+from raven.protocol.limits import Limits
+from raven.protocol.streams import (
+    RECEIVING_STATES,
+    SENDING_STATES,
+    Stream,
+    StreamInput,
+    StreamState,
+)
+
+__all__ = ["MAX_PAYLOAD_BYTES", "Multiplexer", "TunnelStats"]
+
+#: Largest frames payload of one record.
+MAX_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
+#: Control bytes the peer may make us queue (PONGs, refusals) before it must read them.
+MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
+#: A DATA frame is not started in a payload with less room than this (unless it all fits).
+_MIN_DATA_CHUNK = 1024
+#: PINGs awaiting their PONG that we remember (for RTT).
+_MAX_PINGS_IN_FLIGHT = 4
+
+_I = StreamInput
+_END_HEADER = FrameType.END
+
+
+@dataclass(slots=True)
+class TunnelStats:
+    """Counters of one tunnel (a live object, updated in place; read it for metrics).
+
+    Bytes and records are wire-level (filled in by TunnelConnection from its
+    SecureChannel); frames are counted by type label (``data``, ``open``, ...).
+    """
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    records_sent: int = 0
+    records_received: int = 0
+    rekeys_sent: int = 0
+    rekeys_received: int = 0
+    frames_sent: dict[str, int] = field(default_factory=dict)
+    frames_received: dict[str, int] = field(default_factory=dict)
+    datagrams_sent: int = 0
+    datagrams_received: int = 0
+    #: by reason: ``oversize``, ``queue_full``, ``closed`` (ours), ``oversize_received``
+    datagrams_dropped: dict[str, int] = field(default_factory=dict)
+    #: streams that reached OPEN_SENT or were accepted
+    streams_opened: int = 0
+    #: resets sent or received, by StreamCode label
+    streams_reset: dict[str, int] = field(default_factory=dict)
+
+
+class Multiplexer:
+    """Streams, datagrams, keepalive and registration over record payloads.
+
+    ``initiator`` decides the stream id parity (initiator odd, responder even)
+    and who may register (the initiator registers, the responder answers).
+    """
+
+    def __init__(self, *, initiator: bool, limits: Limits, now: float) -> None:
+        self._limits = limits
+        self._initiator = initiator
+        self._streams: dict[int, Stream] = {}
+        self._next_local_id = 1 if initiator else 2
+        self._last_peer_id = 0
+        self._control: deque[bytes] = deque()
+        self._control_bytes = 0
+        self._datagrams: deque[bytes] = deque()
+        self._ready: deque[Stream] = deque()
+        self._quantum = max(1, min(limits.max_frame_payload_bytes, MAX_PAYLOAD_BYTES - 8))
+        self._quantum_left = self._quantum
+        self._events: deque[Event] = deque()
+        self._buffered = 0
+        self._closed = False
+        self._local_goaway = False
+        self._peer_goaway = False
+        self._drain_deadline: float | None = None
+        self._last_received = now
+        self._next_ping = now + limits.keepalive_interval_s
+        self._pings: dict[bytes, float] = {}
+        self._ping_counter = 0
+        self._rtt_s: float | None = None
+        self._reg: tuple[list[str], list[str], list[tuple[str, str]]] = ([], [], [])
+        self.stats = TunnelStats()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def draining(self) -> bool:
+        """GOAWAY was sent or received: no new streams either way."""
+        return self._local_goaway or self._peer_goaway
+
+    @property
+    def rtt_s(self) -> float | None:
+        """Latest PING/PONG round-trip time, None before the first PONG."""
+        return self._rtt_s
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received on streams and not yet consumed by the application."""
+        return self._buffered
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._control or self._datagrams or self._ready)
+
+    def stream_state(self, stream_id: int) -> StreamState | None:
+        stream = self._streams.get(stream_id)
+        return None if stream is None else stream.state
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def add_event(self, event: Event) -> None:
+        """Queue an event produced by the layer above (e.g. HandshakeCompleted)."""
+        self._events.append(event)
+
+    # ------------------------------------------------------------------ streams: our calls
+
+    def _stream(self, stream_id: int) -> Stream:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            raise LocalProtocolError(f"no stream {stream_id}")
+        return stream
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LocalProtocolError("the tunnel is closed")
+
+    def open_stream(self, node: str, port: int) -> int:
+        """Ask the peer for a stream to ``node``:``port``; StreamAccepted or
+        StreamRefused follows (StreamRefused BUSY at once when max_streams is reached)."""
+        self._check_open()
+        if self.draining:
+            raise LocalProtocolError("the tunnel is draining: no new streams")
+        stream_id = self._next_local_id
+        if stream_id > MAX_STREAM_ID:
+            raise LocalProtocolError("stream ids exhausted on this tunnel")
+        open_frame = encode_frame(OpenFrame(stream_id, node, port))  # validates node/port
+        self._next_local_id += 2
+        if len(self._streams) >= self._limits.max_streams:
+            self._events.append(StreamRefused(stream_id, StreamCode.BUSY, "too many streams"))
+            return stream_id
+        stream = Stream(stream_id, self._limits.stream_window_bytes)
+        stream.apply(_I.SEND_OPEN)
+        self._streams[stream_id] = stream
+        self._queue_control(open_frame)
+        self._grant_window(stream)
+        self.stats.streams_opened += 1
+        return stream_id
+
+    def accept_stream(self, stream_id: int) -> None:
+        stream = self._stream(stream_id)
+        stream.apply(_I.SEND_ACCEPT)
+        self._queue_control(encode_frame(OpenResultFrame(stream_id, StreamCode.OK)))
+        self._grant_window(stream)
+        self.stats.streams_opened += 1
+
+    def refuse_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
+        if code is StreamCode.OK:
+            raise LocalProtocolError("refuse_stream needs a code other than OK")
+        stream = self._stream(stream_id)
+        stream.apply(_I.SEND_REFUSE)
+        self._queue_control(encode_frame(OpenResultFrame(stream_id, code, reason)))
+        self._forget(stream)
+
+    def send_capacity(self, stream_id: int) -> int:
+        """Bytes ``send_stream_data`` accepts now (0 for an unknown or finished stream)."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.state not in SENDING_STATES:
+            return 0
+        return stream.send_credit
+
+    def send_stream_data(self, stream_id: int, data: bytes | bytearray | memoryview) -> None:
+        stream = self._stream(stream_id)
+        stream.apply(_I.SEND_DATA)
+        if not data:
+            return
+        stream.enqueue(data)
+        self._schedule(stream)
+
+    def end_stream(self, stream_id: int) -> None:
+        """Half-close: END goes out after the data already queued."""
+        stream = self._stream(stream_id)
+        stream.apply(_I.SEND_END)
+        stream.end_pending = True
+        self._schedule(stream)
+
+    def reset_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
+        """Abort a stream; a no-op for a stream that is already gone (races with the peer)."""
+        stream = self._streams.get(stream_id)
+        if stream is None or self._closed:
+            return
+        self._send_reset(stream, code, reason)
+
+    def consume_stream_data(self, stream_id: int, size: int) -> None:
+        """The application read ``size`` bytes of the stream: credit may flow back."""
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return  # reset or closed meanwhile; its bytes were already released
+        increment = stream.on_consumed(size, self._limits.credit_update_ratio)
+        self._buffered -= size
+        if increment and stream.state in RECEIVING_STATES and not self._closed:
+            stream.apply(_I.SEND_CREDIT)
+            self._queue_control(encode_frame(CreditFrame(stream_id, increment)))
+
+    def _grant_window(self, stream: Stream) -> None:
+        stream.apply(_I.SEND_CREDIT)
+        self._queue_control(encode_frame(CreditFrame(stream.stream_id, stream.grant_window())))
+
+    def _send_reset(self, stream: Stream, code: StreamCode, reason: str) -> None:
+        stream.apply(_I.SEND_RESET)
+        stream.discard_queue()
+        self._queue_control(encode_frame(ResetFrame(stream.stream_id, code, reason)))
+        self._count_reset(code)
+        self._forget(stream)
+
+    def _count_reset(self, code: StreamCode) -> None:
+        resets = self.stats.streams_reset
+        resets[code.label] = resets.get(code.label, 0) + 1
+
+    def _forget(self, stream: Stream) -> None:
+        if self._streams.pop(stream.stream_id, None) is not None:
+            self._buffered -= stream.buffered
+            stream.buffered = 0
+
+    def _schedule(self, stream: Stream) -> None:
+        if not stream.scheduled:
+            stream.scheduled = True
+            self._ready.append(stream)
+
+    # ------------------------------------------------------------------ datagrams, registration
+
+    def send_datagram(self, data: bytes) -> bool:
+        """Queue one L3 packet; False (dropped, counted) when oversize, queue full or closed."""
+        if self._closed:
+            return self._drop("closed")
+        if not data or len(data) > self._limits.max_datagram_bytes:
+            return self._drop("oversize")
+        if len(self._datagrams) >= self._limits.max_queued_datagrams:
+            return self._drop("queue_full")
+        self._datagrams.append(bytes(data))
+        return True
+
+    def _drop(self, reason: str) -> bool:
+        drops = self.stats.datagrams_dropped
+        drops[reason] = drops.get(reason, 0) + 1
+        return False
+
+    def register(self, nodes: Iterable[str], prefixes: Iterable[str]) -> None:
+        """(initiator) Announce the whole set of nodes and prefixes we serve."""
+        self._check_open()
+        if not self._initiator:
+            raise LocalProtocolError("only the initiator (agent) registers")
+        nodes, prefixes = list(nodes), list(prefixes)
+        if len(nodes) + len(prefixes) > self._limits.max_registration_entries:
+            raise LocalProtocolError("registration exceeds max_registration_entries")
+        for frame in encode_register(nodes, prefixes, self._quantum):
+            self._queue_control(frame)
+
+    def answer_registration(
+        self,
+        accepted_nodes: Iterable[str],
+        accepted_prefixes: Iterable[str],
+        refused: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """(responder) Tell the agent what it may serve and what was refused, and why."""
+        self._check_open()
+        if self._initiator:
+            raise LocalProtocolError("only the responder (gateway) answers a registration")
+        frames = encode_register_result(accepted_nodes, accepted_prefixes, refused, self._quantum)
+        for frame in frames:
+            self._queue_control(frame)
+
+    # ------------------------------------------------------------------ tunnel lifecycle
+
+    def go_away(self, code: CloseCode, reason: str, now: float) -> None:
+        """Drain: no new streams either way; open ones get drain_timeout_s to finish."""
+        self._check_open()
+        if self._local_goaway:
+            return
+        self._local_goaway = True
+        self._drain_deadline = now + self._limits.drain_timeout_s
+        self._queue_control(encode_frame(GoAwayFrame(code, reason)))
+
+    def close(self, code: CloseCode, reason: str) -> None:
+        """Close the tunnel: a CLOSE frame is the last thing sent."""
+        if self._closed:
+            return
+        self.abort(code, reason, by_peer=False)
+        self._queue_control(encode_frame(CloseFrame(code, reason)))
+
+    def abort(self, code: CloseCode, reason: str, *, by_peer: bool) -> None:
+        """The tunnel is over: every stream is reset (TUNNEL_CLOSED), nothing more is
+        sent or read, then ConnectionTerminated. Queue a CLOSE with :meth:`close`."""
+        if self._closed:
+            return
+        self._closed = True
+        reason = clean_reason(reason)
+        for stream in list(self._streams.values()):
+            self._events.append(
+                StreamReset(stream.stream_id, StreamCode.TUNNEL_CLOSED, reason, by_peer=False)
+            )
+            self._count_reset(StreamCode.TUNNEL_CLOSED)
+        self._streams.clear()
+        self._buffered = 0
+        self._control.clear()
+        self._control_bytes = 0
+        self._datagrams.clear()
+        self._ready.clear()
+        self._events.append(ConnectionTerminated(code, reason, by_peer))
+
+    def start_timers(self, now: float) -> None:
+        """(Re)start keepalive from ``now`` (the connection calls it when keys are ready)."""
+        self._last_received = now
+        self._next_ping = now + self._limits.keepalive_interval_s
+
+    def get_timer(self) -> float | None:
+        if self._closed:
+            return None
+        timer = min(self._next_ping, self._last_received + self._limits.dead_peer_timeout_s)
+        if self._drain_deadline is not None:
+            timer = min(timer, self._drain_deadline)
+        return timer
+
+    def handle_timer(self, now: float) -> None:
+        if self._closed:
+            return
+        limits = self._limits
+        if now >= self._last_received + limits.dead_peer_timeout_s:
+            reason = f"nothing heard from the peer for {limits.dead_peer_timeout_s:g}s"
+            self.close(CloseCode.KEEPALIVE_TIMEOUT, reason)
+            return
+        if now >= self._next_ping:
+            self._send_ping(now)
+        if self._drain_deadline is not None and now >= self._drain_deadline:
+            self._drain_deadline = None
+            for stream in list(self._streams.values()):
+                self._send_reset(stream, StreamCode.DRAINING, "drain timeout")
+                self._events.append(
+                    StreamReset(stream.stream_id, StreamCode.DRAINING, "drain timeout", False)
+                )
+
+    def _send_ping(self, now: float) -> None:
+        self._ping_counter += 1
+        opaque = self._ping_counter.to_bytes(8, "big")
+        self._pings[opaque] = now
+        while len(self._pings) > _MAX_PINGS_IN_FLIGHT:
+            del self._pings[next(iter(self._pings))]
+        self._queue_control(encode_frame(PingFrame(opaque)))
+        self._next_ping = now + self._limits.keepalive_interval_s
+
+    # ------------------------------------------------------------------ output
+
+    def _queue_control(self, frame: bytes) -> None:
+        self._control.append(frame)
+        self._control_bytes += len(frame)
+
+    def _queue_peer_induced(self, frame: bytes) -> None:
+        if self._control_bytes > MAX_PEER_INDUCED_CONTROL_BYTES:
+            raise RemoteProtocolError(
+                "peer makes us queue too many control frames", CloseCode.LIMIT_EXCEEDED
+            )
+        self._queue_control(frame)
+
+    def next_payload(self) -> bytes | None:
+        """The frames payload of the next record, or None when nothing is waiting."""
+        parts: list[bytes | memoryview] = []
+        room = MAX_PAYLOAD_BYTES
+        sent = self.stats.frames_sent
+        control = self._control
+        while control and len(control[0]) <= room:
+            frame = control.popleft()
+            parts.append(frame)
+            room -= len(frame)
+            self._control_bytes -= len(frame)
+            label = FrameType(frame[0]).label
+            sent[label] = sent.get(label, 0) + 1
+        if not control:
+            room = self._add_datagrams(parts, room)
+            if self._ready:
+                room = self._add_stream_data(parts, room)
+        if not parts:
+            return None
+        return b"".join(parts)
+
+    def _add_datagrams(self, parts: list[bytes | memoryview], room: int) -> int:
+        datagrams = self._datagrams
+        if not datagrams:
+            return room
+        floor = MAX_PAYLOAD_BYTES // 2 if self._ready else 0
+        count = 0
+        while datagrams and len(datagrams[0]) + FRAME_HEADER_BYTES <= room - floor:
+            data = datagrams.popleft()
+            parts.append(encode_header(FrameType.DATAGRAM, 0, 0, len(data)))
+            parts.append(data)
+            room -= len(data) + FRAME_HEADER_BYTES
+            count += 1
+        if count:
+            sent = self.stats.frames_sent
+            sent["datagram"] = sent.get("datagram", 0) + count
+            self.stats.datagrams_sent += count
+        return room
+
+    def _add_stream_data(self, parts: list[bytes | memoryview], room: int) -> int:
+        ready = self._ready
+        data_frames = 0
+        end_frames = 0
+        while ready:
+            stream = ready[0]
+            if not stream.has_output or stream.stream_id not in self._streams:
+                ready.popleft()
+                stream.scheduled = False
+                self._quantum_left = self._quantum
+                continue
+            if stream.queued_bytes:
+                space = room - FRAME_HEADER_BYTES
+                size = min(stream.queued_bytes, self._quantum_left, space)
+                if size <= 0 or (size < _MIN_DATA_CHUNK and size < stream.queued_bytes):
+                    break
+                parts.append(encode_data_header(stream.stream_id, size))
+                parts.extend(stream.take(size))
+                room -= size + FRAME_HEADER_BYTES
+                self._quantum_left -= size
+                data_frames += 1
+            if not stream.queued_bytes and stream.end_pending and not stream.end_sent:
+                if room < FRAME_HEADER_BYTES:
+                    break
+                parts.append(encode_header(_END_HEADER, 0, stream.stream_id, 0))
+                room -= FRAME_HEADER_BYTES
+                stream.end_sent = True
+                end_frames += 1
+                if stream.finished:
+                    self._finish(stream)
+            if not stream.has_output:
+                ready.popleft()
+                stream.scheduled = False
+                self._quantum_left = self._quantum
+            elif self._quantum_left <= 0:
+                ready.rotate(-1)
+                self._quantum_left = self._quantum
+        sent = self.stats.frames_sent
+        if data_frames:
+            sent["data"] = sent.get("data", 0) + data_frames
+        if end_frames:
+            sent["end"] = sent.get("end", 0) + end_frames
+        return room
+
+    def _finish(self, stream: Stream) -> None:
+        """A cleanly closed stream: both ENDs are through."""
+        self._forget(stream)
+        self._events.append(StreamClosed(stream.stream_id))
+
+    # ------------------------------------------------------------------ input
+
+    def receive_payload(self, payload: bytes, now: float) -> None:
+        """Handle the frames payload of one record. Raises RemoteProtocolError."""
+        if self._closed:
+            return
+        self._last_received = now
+        received = self.stats.frames_received
+        for frame in parse_frames(payload):
+            if self._closed:
+                return
+            if type(frame) is DataFrame:
+                received["data"] = received.get("data", 0) + 1
+                self._on_data(frame)
+                continue
+            label = frame.TYPE.label
+            received[label] = received.get(label, 0) + 1
+            self._on_control(frame, now)
+
+    def _peer_stream(self, stream_id: int) -> Stream | None:
+        """The stream a peer frame names; None for one that finished (late frames are
+        ignored); RemoteProtocolError for one that never existed."""
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            return stream
+        ours = (stream_id & 1) == (1 if self._initiator else 0)
+        known = stream_id < self._next_local_id if ours else stream_id <= self._last_peer_id
+        if not known:
+            raise RemoteProtocolError(f"frame for stream {stream_id}, which was never opened")
+        return None
+
+    def _on_data(self, frame: DataFrame) -> None:
+        stream = self._peer_stream(frame.stream_id)
+        if stream is None:
+            return
+        stream.apply(_I.RECV_DATA)
+        size = len(frame.data)
+        if not stream.on_data(size):
+            reason = "stream window exceeded"
+            self._send_reset(stream, StreamCode.PROTOCOL_ERROR, reason)
+            self._events.append(
+                StreamReset(frame.stream_id, StreamCode.PROTOCOL_ERROR, reason, by_peer=False)
+            )
+            return
+        if size:
+            self._buffered += size
+            self._events.append(StreamDataReceived(frame.stream_id, frame.data))
+
+    def _on_control(self, frame: Frame, now: float) -> None:
+        if isinstance(frame, OpenFrame):
+            self._on_open(frame)
+        elif isinstance(frame, CreditFrame | EndFrame | ResetFrame | OpenResultFrame):
+            self._on_stream_control(frame)
+        elif isinstance(frame, DatagramFrame):
+            if len(frame.data) > self._limits.max_datagram_bytes:
+                self._drop("oversize_received")
+                return
+            self.stats.datagrams_received += 1
+            self._events.append(DatagramReceived(frame.data))
+        elif isinstance(frame, PingFrame):
+            self._queue_peer_induced(encode_frame(PongFrame(frame.opaque)))
+        elif isinstance(frame, PongFrame):
+            sent_at = self._pings.pop(frame.opaque, None)
+            if sent_at is not None:
+                self._rtt_s = max(0.0, now - sent_at)
+                self._events.append(PongReceived(self._rtt_s))
+        elif isinstance(frame, RegisterFrame | RegisterResultFrame):
+            self._on_registration(frame)
+        elif isinstance(frame, GoAwayFrame):
+            if not self._peer_goaway:
+                self._peer_goaway = True
+                self._events.append(GoAwayReceived(frame.code, frame.reason))
+        elif isinstance(frame, CloseFrame):
+            self.abort(frame.code, frame.reason, by_peer=True)
+
+    def _on_open(self, frame: OpenFrame) -> None:
+        stream_id = frame.stream_id
+        if (stream_id & 1) != (0 if self._initiator else 1):
+            raise RemoteProtocolError(f"peer opened stream {stream_id} of the wrong parity")
+        if stream_id <= self._last_peer_id:
+            raise RemoteProtocolError(f"peer reused stream id {stream_id}")
+        self._last_peer_id = stream_id
+        limits = self._limits
+        code = StreamCode.OK
+        if self.draining:
+            code, reason = StreamCode.DRAINING, "tunnel is draining"
+        elif len(self._streams) >= limits.max_streams:
+            code, reason = StreamCode.BUSY, "too many streams"
+        elif self._buffered >= limits.max_tunnel_buffered_bytes:
+            code, reason = StreamCode.BUSY, "too much data buffered on the tunnel"
+        if code is not StreamCode.OK:
+            self._queue_peer_induced(encode_frame(OpenResultFrame(stream_id, code, reason)))
+            return
+        stream = Stream(stream_id, limits.stream_window_bytes)
+        stream.apply(_I.RECV_OPEN)
+        self._streams[stream_id] = stream
+        self._events.append(StreamOpened(stream_id, frame.node, frame.port))
+
+    def _on_stream_control(
+        self, frame: CreditFrame | EndFrame | ResetFrame | OpenResultFrame
+    ) -> None:
+        stream = self._peer_stream(frame.stream_id)
+        if stream is None:
+            return
+        stream_id = frame.stream_id
+        if isinstance(frame, CreditFrame):
+            stream.apply(_I.RECV_CREDIT)
+            stream.on_credit(frame.increment)
+            if stream.state in SENDING_STATES:
+                self._events.append(StreamWindowOpened(stream_id))
+        elif isinstance(frame, EndFrame):
+            stream.apply(_I.RECV_END)
+            self._events.append(StreamEnded(stream_id))
+            if stream.finished:
+                self._finish(stream)
+        elif isinstance(frame, ResetFrame):
+            stream.apply(_I.RECV_RESET)
+            stream.discard_queue()
+            self._count_reset(frame.code)
+            self._forget(stream)
+            self._events.append(StreamReset(stream_id, frame.code, frame.reason, by_peer=True))
+        elif frame.code is StreamCode.OK:
+            stream.apply(_I.RECV_ACCEPT)
+            self._events.append(StreamAccepted(stream_id))
+        else:
+            stream.apply(_I.RECV_REFUSE)
+            self._forget(stream)
+            self._events.append(StreamRefused(stream_id, frame.code, frame.reason))
+
+    def _on_registration(self, frame: RegisterFrame | RegisterResultFrame) -> None:
+        nodes, prefixes, refused = self._reg
+        if isinstance(frame, RegisterFrame):
+            if self._initiator:
+                raise RemoteProtocolError("REGISTER sent to the initiator")
+            nodes += frame.nodes
+            prefixes += frame.prefixes
+        else:
+            if not self._initiator:
+                raise RemoteProtocolError("REGISTER_RESULT sent to the responder")
+            nodes += frame.accepted_nodes
+            prefixes += frame.accepted_prefixes
+            refused += frame.refused
+        if len(nodes) + len(prefixes) + len(refused) > self._limits.max_registration_entries:
+            raise RemoteProtocolError(
+                "registration exceeds max_registration_entries", CloseCode.LIMIT_EXCEEDED
+            )
+        if not frame.final:
+            return
+        self._reg = ([], [], [])
+        if isinstance(frame, RegisterFrame):
+            self._events.append(RegistrationReceived(tuple(nodes), tuple(prefixes)))
+        else:
+            self._events.append(RegistrationAnswered(tuple(nodes), tuple(prefixes), tuple(refused)))

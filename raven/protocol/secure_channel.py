@@ -1,0 +1,342 @@
+"""SecureChannel: the tunnel handshake and the record layer over one TCP byte stream.
+
+Sans-IO: wire bytes go in with :meth:`SecureChannel.receive_data` and come out of
+:meth:`SecureChannel.data_to_send`; the frames payload of each record comes out
+of ``receive_data`` and goes in with :meth:`SecureChannel.seal`. Time is an argument.
+
+Wire (docs/protocol-handshake.md)::
+
+    initiator -> responder:  MAGIC "RVN1" || u16 len || handshake message 1
+    responder -> initiator:  u16 len || handshake message 2
+    then, both ways:         u16 len || record ...
+
+Anything bad the peer sends raises :class:`~raven.protocol.errors.RemoteProtocolError`
+(:class:`~raven.protocol.errors.HandshakeRejected` during the handshake); the
+connection must then be closed. The input buffer never holds more than one
+partial message (at most 2 + 65535 bytes).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raven.protocol.constants import (
+    KEY_BYTES,
+    LENGTH_PREFIX_BYTES,
+    MAGIC,
+    MAX_RECORD_PLAINTEXT_BYTES,
+)
+from raven.protocol.errors import (
+    HandshakeRejected,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+)
+from raven.protocol.handshake import (
+    INITIATION_BYTES,
+    RESPONSE_BYTES,
+    InitiatorHandshake,
+    ReplayGuard,
+    SessionKeys,
+    consume_initiation,
+    consume_response,
+    create_initiation,
+    create_response,
+)
+from raven.protocol.limits import Limits
+from raven.protocol.noise import public_key
+from raven.protocol.records import (
+    MIN_RECORD_BYTES,
+    RecordReceiver,
+    RecordSender,
+    split_messages,
+)
+
+__all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
+
+#: Largest frames payload :meth:`SecureChannel.seal` accepts.
+MAX_SEAL_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
+
+_HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
+
+
+class Role(enum.Enum):
+    """Which end of the tunnel: the edge agent dials (initiator), the gateway listens."""
+
+    INITIATOR = "initiator"
+    RESPONDER = "responder"
+
+
+class ChannelState(enum.Enum):
+    AWAIT_MAGIC = "await_magic"  # responder: nothing read yet
+    AWAIT_INITIATION = "await_initiation"  # responder: magic read
+    AWAIT_RESPONSE = "await_response"  # initiator: message 1 queued
+    ESTABLISHED = "established"  # transport keys in place
+    FAILED = "failed"  # the peer broke the protocol; nothing more is read
+
+
+@dataclass(slots=True)
+class ChannelStats:
+    """Counters of one channel (live object, updated in place).
+
+    Bytes are wire bytes (magic, handshake messages, length prefixes and records);
+    records include key updates.
+    """
+
+    records_sent: int = 0
+    records_received: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rekeys_sent: int = 0
+    rekeys_received: int = 0
+
+
+def _describe_bad_magic(start: bytes) -> str:
+    if start.startswith(_HTTP_STARTS):
+        return f"an HTTP client connected to the tunnel port (got {start!r})"
+    if start.startswith(b"\x16\x03"):
+        return "a TLS client connected to the tunnel port"
+    if start.startswith(b"SSH-"):
+        return "an SSH client connected to the tunnel port"
+    return f"not a Raven tunnel client: expected magic {MAGIC!r}, got {start!r}"
+
+
+def _accept_any(_key: bytes) -> bool:
+    return True
+
+
+class SecureChannel:
+    """One tunnel connection's handshake and records (see module docstring).
+
+    Initiator: needs ``remote_static`` (the gateway's public key) and
+    ``wall_time_ns`` (Unix ns, for the replay timestamp); MAGIC and message 1
+    are queued at construction. Responder: ``authorize(remote_static)`` decides
+    whether an agent key is known (``None`` accepts every key: tests only, the
+    gateway always passes one); ``replay_guard`` should be shared by all
+    connections of a listener (``None`` makes a private one).
+    """
+
+    def __init__(
+        self,
+        *,
+        role: Role,
+        static_private: bytes,
+        limits: Limits,
+        now: float,
+        remote_static: bytes | None = None,
+        psk: bytes = bytes(32),
+        wall_time_ns: int | None = None,
+        authorize: Callable[[bytes], bool] | None = None,
+        replay_guard: ReplayGuard | None = None,
+    ) -> None:
+        if len(static_private) != KEY_BYTES or len(psk) != KEY_BYTES:
+            raise ValueError("static_private and psk are 32 bytes")
+        self._role = role
+        self._limits = limits
+        self._static_private = bytes(static_private)
+        self._psk = bytes(psk)
+        self._authorize = authorize if authorize is not None else _accept_any
+        self._replay_guard = replay_guard if replay_guard is not None else ReplayGuard()
+        self._remote_static: bytes | None = None
+        self._pending: InitiatorHandshake | None = None
+        self._sender: RecordSender | None = None
+        self._receiver: RecordReceiver | None = None
+        self._handshake_hash: bytes | None = None
+        self._inbuf = bytearray()
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._received: list[bytes] = []
+        self._now = now
+        self.stats = ChannelStats()
+        #: When the handshake must be complete (now + handshake_timeout_s); None once it is.
+        self.handshake_deadline: float | None = now + limits.handshake_timeout_s
+        if role is Role.INITIATOR:
+            if remote_static is None or len(remote_static) != KEY_BYTES:
+                raise ValueError("an initiator needs the responder's 32-byte remote_static")
+            if wall_time_ns is None:
+                raise ValueError("an initiator needs wall_time_ns for its handshake timestamp")
+            self._remote_static = bytes(remote_static)
+            self._pending, message = create_initiation(
+                static_private=self._static_private,
+                remote_static=self._remote_static,
+                wall_time_ns=wall_time_ns,
+                psk=self._psk,
+            )
+            self._queue(MAGIC)
+            self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
+            self._queue(message)
+            self._state = ChannelState.AWAIT_RESPONSE
+        else:
+            self._state = ChannelState.AWAIT_MAGIC
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def state(self) -> ChannelState:
+        return self._state
+
+    @property
+    def handshake_complete(self) -> bool:
+        return self._sender is not None
+
+    @property
+    def remote_static(self) -> bytes | None:
+        """The peer's static public key: known from the start for the initiator,
+        after the initiation was accepted for the responder."""
+        return self._remote_static
+
+    @property
+    def local_static(self) -> bytes:
+        """Our static public key."""
+        return public_key(self._static_private)
+
+    @property
+    def handshake_hash(self) -> bytes | None:
+        """The Noise handshake hash (channel binding), once complete."""
+        return self._handshake_hash
+
+    @property
+    def bytes_to_send(self) -> int:
+        """Wire bytes queued and not yet taken by :meth:`data_to_send`."""
+        return self._out_bytes
+
+    # -- output -----------------------------------------------------------------------------
+
+    def _queue(self, chunk: bytes) -> None:
+        self._out.append(chunk)
+        self._out_bytes += len(chunk)
+        self.stats.bytes_sent += len(chunk)
+
+    def data_to_send(self) -> bytes:
+        """All queued wire bytes (empty when none)."""
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
+        return data
+
+    def seal(self, payload: bytes, now: float) -> None:
+        """Queue one record carrying ``payload`` (a frames payload of at most
+        MAX_RECORD_PLAINTEXT_BYTES - 1 bytes). A key-update record goes first when
+        the sending key reached ``rekey_after_records`` or ``rekey_after_s``."""
+        sender = self._sender
+        if sender is None:
+            raise LocalProtocolError("seal() before the handshake completed")
+        written = sender.seal(payload, now, self._out)
+        self._out_bytes += written
+        stats = self.stats
+        stats.bytes_sent += written
+        stats.records_sent = sender.records
+        stats.rekeys_sent = sender.rekeys
+
+    # -- input ------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float) -> list[bytes]:
+        """Feed wire bytes; return the frames payload of every complete record
+        (possibly none). Raises HandshakeRejected / RemoteProtocolError on anything
+        bad; after that the channel reads nothing more (LocalProtocolError)."""
+        if self._state is ChannelState.FAILED:
+            raise LocalProtocolError("receive_data() on a channel that already failed")
+        self.stats.bytes_received += len(data)
+        self._now = now
+        received: list[bytes] = []
+        self._received = received
+        try:
+            if self._inbuf:
+                self._inbuf += data
+                with memoryview(self._inbuf) as view:
+                    consumed = self._consume(view)
+                del self._inbuf[:consumed]
+            else:
+                with memoryview(data) as view:
+                    consumed = self._consume(view)
+                    if consumed < len(view):
+                        self._inbuf += view[consumed:]
+        except ProtocolError:
+            self._state = ChannelState.FAILED
+            self._inbuf = bytearray()
+            raise
+        finally:
+            self._received = []
+        return received
+
+    def _consume(self, view: memoryview) -> int:
+        offset = 0
+        if self._state is ChannelState.AWAIT_MAGIC:
+            if len(view) < len(MAGIC):
+                return 0  # at most 3 bytes wait for the rest of the magic
+            start = bytes(view[: len(MAGIC)])
+            if start != MAGIC:
+                raise RemoteProtocolError(_describe_bad_magic(start))
+            offset = len(MAGIC)
+            self._state = ChannelState.AWAIT_INITIATION
+        if offset == len(view):
+            return offset
+        with view[offset:] as rest:
+            return offset + split_messages(rest, self._on_message, self._check_length)
+
+    def _check_length(self, length: int) -> None:
+        state = self._state
+        if state is ChannelState.ESTABLISHED:
+            if length < MIN_RECORD_BYTES:
+                raise RemoteProtocolError(f"record of {length} bytes is too short")
+        elif state is ChannelState.AWAIT_INITIATION:
+            if length != INITIATION_BYTES:
+                raise HandshakeRejected(
+                    f"initiation of {length} bytes, expected {INITIATION_BYTES}", "malformed"
+                )
+        elif length != RESPONSE_BYTES:
+            raise HandshakeRejected(
+                f"response of {length} bytes, expected {RESPONSE_BYTES}", "malformed"
+            )
+
+    def _on_message(self, message: memoryview) -> bool:
+        receiver = self._receiver
+        if receiver is not None:
+            payload = receiver.open(message)
+            stats = self.stats
+            stats.records_received += 1
+            if payload is None:
+                stats.rekeys_received += 1
+            else:
+                self._received.append(payload)
+            return True
+        if self._state is ChannelState.AWAIT_INITIATION:
+            accepted = consume_initiation(
+                message,
+                static_private=self._static_private,
+                authorize=self._authorize,
+                replay_guard=self._replay_guard,
+                psk=self._psk,
+            )
+            self._remote_static = accepted.remote_static
+            response, keys = create_response(accepted)
+            self._queue(len(response).to_bytes(LENGTH_PREFIX_BYTES, "big"))
+            self._queue(response)
+        else:
+            assert self._pending is not None
+            keys = consume_response(self._pending, message)
+            self._pending = None
+        self._establish(keys)
+        return True
+
+    def _establish(self, keys: SessionKeys) -> None:
+        limits = self._limits
+        self._sender = RecordSender(
+            keys.send,
+            rekey_after_records=limits.rekey_after_records,
+            rekey_after_s=limits.rekey_after_s,
+            now=self._now,
+        )
+        self._receiver = RecordReceiver(keys.receive)
+        self._handshake_hash = keys.handshake_hash
+        self._state = ChannelState.ESTABLISHED
+        self.handshake_deadline = None

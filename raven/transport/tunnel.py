@@ -1,0 +1,483 @@
+"""The asyncio adapter: drives one sans-IO TunnelConnection over a TCP transport.
+
+Everything about the protocol lives in :mod:`raven.protocol`; this module only moves
+bytes between the socket and the connection, turns events into futures and stream
+buffers, and keeps the connection's timer armed. It is the only place where the
+tunnel meets asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from raven.protocol import events as ev
+from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.connection import TunnelConnection
+from raven.protocol.errors import LocalProtocolError
+from raven.transport.stream import (
+    OPEN_FAILURE_BY_CODE,
+    OpenFailure,
+    StreamOpenError,
+    StreamResetError,
+)
+
+log = logging.getLogger(__name__)
+
+#: Transport write buffer above which we stop pulling stream data into records.
+WRITE_HIGH_WATER_BYTES = 1024 * 1024
+WRITE_LOW_WATER_BYTES = 256 * 1024
+#: Bytes pulled from the connection per transport.write().
+WRITE_CHUNK_BYTES = 256 * 1024
+
+StreamHandler = Callable[["TunnelStream", str, int], Awaitable[None]]
+DatagramHandler = Callable[[bytes], None]
+EventHandler = Callable[[ev.Event], None]
+
+
+class TunnelStream:
+    """One multiplexed stream: implements :class:`raven.transport.stream.ByteStream`."""
+
+    def __init__(self, tunnel: Tunnel, stream_id: int, *, incoming: bool) -> None:
+        self._tunnel = tunnel
+        self.stream_id = stream_id
+        self.incoming = incoming
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._eof = False
+        self._sent_eof = False
+        self._reset: StreamResetError | None = None
+        self._closed = False
+        self._answered = not incoming
+        self.opened: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------ events from the tunnel
+    def _feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._readable.set()
+
+    def _feed_eof(self) -> None:
+        self._eof = True
+        self._readable.set()
+
+    def _abort(self, code: StreamCode, reason: str) -> None:
+        if self._reset is None:
+            self._reset = StreamResetError(code, reason)
+        self._readable.set()
+        self._writable.set()
+
+    def _window_opened(self) -> None:
+        self._writable.set()
+
+    def _finished(self) -> None:
+        self._closed = True
+        self._readable.set()
+        self._writable.set()
+
+    # ------------------------------------------------------------ incoming streams
+    def accept(self) -> None:
+        """Accept an incoming stream (the agent connected to the target)."""
+        if not self._answered:
+            self._answered = True
+            self._tunnel._call(lambda c: c.accept_stream(self.stream_id))
+
+    def refuse(self, code: StreamCode, reason: str = "") -> None:
+        """Refuse an incoming stream with a reason code."""
+        if not self._answered:
+            self._answered = True
+            self._closed = True
+            self._tunnel._call(lambda c: c.refuse_stream(self.stream_id, code, reason))
+            self._tunnel._forget(self.stream_id)
+
+    # ------------------------------------------------------------ ByteStream
+    async def read(self, max_bytes: int = 65536) -> bytes:
+        while not self._chunks:
+            if self._reset is not None:
+                raise self._reset
+            if self._eof or self._closed:
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        chunk = self._chunks.popleft()
+        if len(chunk) > max_bytes:
+            self._chunks.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        if not self._chunks and self._reset is None:
+            self._readable.clear()
+        self._tunnel._consumed(self.stream_id, len(chunk))
+        return chunk
+
+    async def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self._reset is not None:
+                raise self._reset
+            if self._closed or self._sent_eof:
+                raise StreamResetError(StreamCode.CANCELLED, "write after end of stream")
+            capacity = self._tunnel.send_capacity(self.stream_id)
+            if capacity <= 0:
+                self._writable.clear()
+                await self._writable.wait()
+                continue
+            n = min(capacity, len(view))
+            self._tunnel._send(self.stream_id, bytes(view[:n]))
+            view = view[n:]
+        await self._tunnel._wait_writable()
+
+    async def write_eof(self) -> None:
+        if self._sent_eof or self._closed or self._reset is not None:
+            return
+        self._sent_eof = True
+        self._tunnel._call(lambda c: c.end_stream(self.stream_id))
+
+    def reset(self, code: StreamCode, reason: str = "") -> None:
+        if self._closed or self._reset is not None:
+            return
+        self._reset = StreamResetError(code, reason)
+        self._readable.set()
+        self._writable.set()
+        self._tunnel._call(lambda c: c.reset_stream(self.stream_id, code, reason))
+        self._tunnel._forget(self.stream_id)
+
+    async def aclose(self) -> None:
+        if not self._closed and self._reset is None:
+            if self._eof and self._sent_eof:
+                return
+            self.reset(StreamCode.CANCELLED, "closed by application")
+
+
+class Tunnel(asyncio.Protocol):
+    """One tunnel connection; works for both the agent (initiator) and the gateway."""
+
+    def __init__(
+        self,
+        conn: TunnelConnection,
+        *,
+        on_stream: StreamHandler | None = None,
+        on_datagram: DatagramHandler | None = None,
+        on_event: EventHandler | None = None,
+        name: str = "tunnel",
+        admit: Callable[[Tunnel], bool] | None = None,
+    ) -> None:
+        self.conn = conn
+        self.admit = admit
+        self.name = name
+        self.on_stream = on_stream
+        self.on_datagram = on_datagram
+        self.on_event = on_event
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.peer: str = "?"
+        self.handshake: asyncio.Future[bytes] = self.loop.create_future()
+        self.closed: asyncio.Future[ev.ConnectionTerminated] = self.loop.create_future()
+        self.streams: dict[int, TunnelStream] = {}
+        self.rtt_s: float | None = None
+        self.draining = False
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._write_paused = False
+        self._write_resumed = asyncio.Event()
+        self._write_resumed.set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._in_flush = False
+
+    # ------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}" if ":" not in peer[0] else f"[{peer[0]}]:{peer[1]}"
+        if self.admit is not None and not self.admit(self):
+            transport.abort()
+            self._terminate(CloseCode.LIMIT_EXCEEDED, "not admitted", by_peer=False)
+            return
+        self._after_io()
+
+    def data_received(self, data: bytes) -> None:
+        self.bytes_received += len(data)
+        self.conn.receive_data(data, self.loop.time())
+        self._after_io()
+
+    def eof_received(self) -> bool | None:
+        self._terminate(CloseCode.PROTOCOL_ERROR, "peer closed the connection", by_peer=True)
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        reason = f"connection lost: {exc}" if exc else "connection closed"
+        self._terminate(CloseCode.NORMAL if exc is None else CloseCode.INTERNAL, reason, by_peer=True)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._write_resumed.clear()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._write_resumed.set()
+        self._flush()
+
+    # ------------------------------------------------------------ public API
+    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
+        """Open a stream to ``node``:``port`` through this tunnel."""
+        if self.closed.done():
+            raise StreamOpenError(OpenFailure.TUNNEL_CLOSED, "tunnel closed")
+        if self.draining:
+            raise StreamOpenError(OpenFailure.DRAINING, "tunnel draining")
+        try:
+            stream_id = self.conn.open_stream(node, port)
+        except LocalProtocolError as exc:
+            raise StreamOpenError(OpenFailure.BUSY, str(exc)) from None
+        stream = TunnelStream(self, stream_id, incoming=False)
+        stream.opened = self.loop.create_future()
+        self.streams[stream_id] = stream
+        self._after_io()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(stream.opened)
+        except TimeoutError:
+            stream.reset(StreamCode.CANCELLED, "open timed out")
+            raise StreamOpenError(OpenFailure.TARGET_TIMEOUT, "open timed out") from None
+        except asyncio.CancelledError:
+            stream.reset(StreamCode.CANCELLED, "opener cancelled")
+            raise
+        return stream
+
+    def send_datagram(self, data: bytes) -> bool:
+        """Queue one L3 packet; False when dropped. Never blocks."""
+        if self.closed.done():
+            return False
+        ok = self.conn.send_datagram(data)
+        self._flush()
+        return ok
+
+    def send_capacity(self, stream_id: int) -> int:
+        if self.closed.done():
+            return 0
+        return self.conn.send_capacity(stream_id)
+
+    def register(self, nodes: list[str], prefixes: list[str]) -> None:
+        self._call(lambda c: c.register(nodes, prefixes))
+
+    def answer_registration(
+        self, nodes: list[str], prefixes: list[str], refused: list[tuple[str, str]]
+    ) -> None:
+        self._call(lambda c: c.answer_registration(nodes, prefixes, refused))
+
+    def go_away(self, reason: str = "shutting down") -> None:
+        """Start draining: no new streams either way; open ones go on."""
+        self.draining = True
+        self._call(lambda c: c.go_away(CloseCode.DRAINED, reason))
+
+    def close(self, code: CloseCode = CloseCode.NORMAL, reason: str = "closing") -> None:
+        """Close now: CLOSE frame, then the TCP connection."""
+        if not self.closed.done():
+            self._call(lambda c: c.close(code, reason))
+        self._terminate(code, reason, by_peer=False)
+
+    async def wait_streams_done(self, timeout_s: float) -> bool:
+        """Wait until no stream is open, at most ``timeout_s``; True if none are left."""
+        deadline = self.loop.time() + timeout_s
+        while self.streams and self.loop.time() < deadline and not self.closed.done():
+            await asyncio.sleep(0.05)
+        return not self.streams
+
+    # ------------------------------------------------------------ internals used by streams
+    def _call(self, fn: Callable[[TunnelConnection], object]) -> None:
+        if self.closed.done():
+            return
+        try:
+            fn(self.conn)
+        except LocalProtocolError as exc:
+            log.debug("ignored local protocol error tunnel=%s err=%s", self.name, exc)
+        self._after_io()
+
+    def _send(self, stream_id: int, data: bytes) -> None:
+        self.conn.send_stream_data(stream_id, data)
+        self._flush()
+
+    def _consumed(self, stream_id: int, n: int) -> None:
+        if self.closed.done():
+            return
+        try:
+            self.conn.consume_stream_data(stream_id, n)
+        except LocalProtocolError:
+            return
+        self._flush()
+
+    def _forget(self, stream_id: int) -> None:
+        self.streams.pop(stream_id, None)
+
+    async def _wait_writable(self) -> None:
+        if self._write_paused and not self.closed.done():
+            await self._write_resumed.wait()
+
+    # ------------------------------------------------------------ the engine
+    def _after_io(self) -> None:
+        self._process_events()
+        self._flush()
+        self._arm_timer()
+
+    def _flush(self) -> None:
+        if self._in_flush or self.transport is None:
+            return
+        self._in_flush = True
+        try:
+            while not self._write_paused and self.transport is not None:
+                data = self.conn.data_to_send(WRITE_CHUNK_BYTES, self.loop.time())
+                if not data:
+                    break
+                self.bytes_sent += len(data)
+                self.transport.write(data)
+        finally:
+            self._in_flush = False
+        self._process_events()
+
+    def _arm_timer(self) -> None:
+        when = self.conn.get_timer()
+        if when == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = when
+        if when is not None and not self.closed.done():
+            self._timer = self.loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.conn.handle_timer(self.loop.time())
+        self._after_io()
+
+    def _process_events(self) -> None:
+        while (event := self.conn.next_event()) is not None:
+            self._dispatch(event)
+
+    def _dispatch(self, event: ev.Event) -> None:  # noqa: C901 - one branch per event type
+        if isinstance(event, ev.StreamDataReceived):
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream._feed(event.data)
+            else:  # nobody will read it: give the credit straight back
+                self._consumed(event.stream_id, len(event.data))
+        elif isinstance(event, ev.StreamWindowOpened):
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream._window_opened()
+        elif isinstance(event, ev.StreamOpened):
+            self._incoming_stream(event)
+        elif isinstance(event, ev.StreamAccepted):
+            stream = self.streams.get(event.stream_id)
+            if stream is not None and stream.opened is not None and not stream.opened.done():
+                stream.opened.set_result(None)
+        elif isinstance(event, ev.StreamRefused):
+            stream = self.streams.pop(event.stream_id, None)
+            if stream is not None and stream.opened is not None and not stream.opened.done():
+                failure = OPEN_FAILURE_BY_CODE.get(event.code, OpenFailure.INTERNAL)
+                stream.opened.set_exception(StreamOpenError(failure, event.reason))
+        elif isinstance(event, ev.StreamEnded):
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream._feed_eof()
+        elif isinstance(event, ev.StreamReset):
+            stream = self.streams.pop(event.stream_id, None)
+            if stream is not None:
+                stream._abort(event.code, event.reason)
+                if stream.opened is not None and not stream.opened.done():
+                    failure = OPEN_FAILURE_BY_CODE.get(event.code, OpenFailure.TUNNEL_CLOSED)
+                    stream.opened.set_exception(StreamOpenError(failure, event.reason))
+        elif isinstance(event, ev.StreamClosed):
+            stream = self.streams.pop(event.stream_id, None)
+            if stream is not None:
+                stream._finished()
+        elif isinstance(event, ev.DatagramReceived):
+            if self.on_datagram is not None:
+                self.on_datagram(event.data)
+        elif isinstance(event, ev.HandshakeCompleted):
+            if not self.handshake.done():
+                self.handshake.set_result(event.remote_static)
+        elif isinstance(event, ev.PongReceived):
+            self.rtt_s = event.rtt_s
+        elif isinstance(event, ev.GoAwayReceived):
+            self.draining = True
+        elif isinstance(event, ev.ConnectionTerminated):
+            self._terminate(event.code, event.reason, by_peer=event.by_peer, event=event)
+            return
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _incoming_stream(self, event: ev.StreamOpened) -> None:
+        stream = TunnelStream(self, event.stream_id, incoming=True)
+        self.streams[event.stream_id] = stream
+        if self.on_stream is None:
+            stream.refuse(StreamCode.UNKNOWN_NODE, "this side serves no streams")
+            return
+        task = self.loop.create_task(self._run_handler(stream, event.node, event.port))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_handler(self, stream: TunnelStream, node: str, port: int) -> None:
+        assert self.on_stream is not None
+        try:
+            await self.on_stream(stream, node, port)
+        except asyncio.CancelledError:
+            stream.reset(StreamCode.CANCELLED, "handler cancelled")
+            raise
+        except Exception:
+            log.exception("stream handler failed tunnel=%s node=%s port=%s", self.name, node, port)
+            if not stream._answered:
+                stream.refuse(StreamCode.INTERNAL, "handler failed")
+            else:
+                stream.reset(StreamCode.INTERNAL, "handler failed")
+
+    def _terminate(
+        self,
+        code: CloseCode,
+        reason: str,
+        *,
+        by_peer: bool,
+        event: ev.ConnectionTerminated | None = None,
+    ) -> None:
+        if self.closed.done():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for stream in list(self.streams.values()):
+            stream._abort(StreamCode.TUNNEL_CLOSED, reason)
+            if stream.opened is not None and not stream.opened.done():
+                stream.opened.set_exception(StreamOpenError(OpenFailure.TUNNEL_CLOSED, reason))
+        self.streams.clear()
+        if not self.handshake.done():
+            self.handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
+            self.handshake.exception()  # retrieved: nobody may be waiting
+        final = event or ev.ConnectionTerminated(code=code, reason=reason, by_peer=by_peer)
+        self.closed.set_result(final)
+        self._write_resumed.set()
+        if self.transport is not None:
+            # push out a final CLOSE frame if the connection produced one
+            try:
+                data = self.conn.data_to_send()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                data = b""
+            if data:
+                self.transport.write(data)
+            self.transport.close()
+        if self.on_event is not None:
+            self.on_event(final)
+
+    async def aclose(self) -> None:
+        """Close and wait for handler tasks to finish (nothing left running)."""
+        self.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

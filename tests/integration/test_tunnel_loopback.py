@@ -1,0 +1,171 @@
+"""Loopback integration: a real gateway listener and agent links over TCP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cloud_gateway.registry import Registry
+from cloud_gateway.tunnel_listener import TunnelListener
+from edge_agent.dialer import DialSettings, GatewayLink
+from edge_agent.relay import Relay
+from raven.config.gateway import AuthorisedAgent
+from raven.metrics import TunnelMetrics
+from raven.protocol.limits import Limits
+from raven.transport.stream import OpenFailure, StreamOpenError
+from tests.helpers import KeyPair, start_echo_server, wait_for
+
+LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=1.0)
+
+
+class Site:
+    """A gateway listener plus N agent links, all on loopback."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.gw = KeyPair(tmp, "gw")
+        self.agent = KeyPair(tmp, "agent")
+        self.gw_metrics = TunnelMetrics(CollectorRegistry(), "agent")
+        self.ag_registry = CollectorRegistry()
+        self.ag_metrics = TunnelMetrics(self.ag_registry, "gateway")
+        auth = AuthorisedAgent(
+            name="site-a", public_key=self.agent.public_b64, nodes=["edge-*"], prefixes=[]
+        )
+        self.registry = Registry([auth], self.gw_metrics)
+        self.listener = self.make_listener()
+        self.links: list[GatewayLink] = []
+        self.echo: asyncio.Server | None = None
+
+    def make_listener(self, port: int = 0) -> TunnelListener:
+        return TunnelListener(
+            listen=f"127.0.0.1:{port}",
+            static_private=self.gw.private,
+            psk=bytes(32),
+            limits=LIMITS,
+            registry=self.registry,
+            metrics=self.gw_metrics,
+            handshake_rate_per_s=100,
+            handshake_burst=100,
+        )
+
+    async def start(self, nodes: dict[str, str], ports: list[int], key: KeyPair | None = None) -> GatewayLink:
+        if self.listener.bound is None:
+            await self.listener.start()
+        assert self.listener.bound is not None
+        relay = Relay(nodes, ports, 2.0, CollectorRegistry())
+        settings = DialSettings(
+            static_private=(key or self.agent).private,
+            gateway_public=self.gw.public,
+            psk=bytes(32),
+            limits=LIMITS,
+            min_backoff_s=0.05,
+            max_backoff_s=0.3,
+        )
+        link = GatewayLink(
+            "127.0.0.1",
+            self.listener.bound[1],
+            settings,
+            on_stream=relay.handle,
+            registration=lambda: (sorted(nodes), []),
+            metrics=self.ag_metrics,
+        )
+        link.start()
+        self.links.append(link)
+        return link
+
+    async def close(self) -> None:
+        for link in self.links:
+            await link.stop(graceful=False)
+        await self.listener.drain(0.5)
+        if self.echo is not None:
+            self.echo.close()
+            await self.echo.wait_closed()
+
+
+@pytest.fixture
+async def site(tmp_path: Path):
+    s = Site(tmp_path)
+    s.echo = await start_echo_server()
+    yield s
+    await s.close()
+
+
+def echo_port(site: Site) -> int:
+    assert site.echo is not None
+    return int(site.echo.sockets[0].getsockname()[1])
+
+
+async def test_stream_echoed_through_tunnel(site: Site) -> None:
+    port = echo_port(site)
+    await site.start({"edge-echo-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
+    payload = os.urandom(3 * 1024 * 1024 + 17)  # several windows' worth
+    writer = asyncio.create_task(stream.write(payload))
+    received = bytearray()
+    while len(received) < len(payload):
+        chunk = await stream.read()
+        assert chunk, "stream ended early"
+        received += chunk
+    await writer
+    await stream.write_eof()
+    assert await stream.read() == b""
+    assert bytes(received) == payload
+
+
+async def test_errors_are_explicit(site: Site) -> None:
+    port = echo_port(site)
+    await site.start({"edge-echo-1": "127.0.0.1", "edge-dead-1": "127.0.0.1"}, [port, 1])
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    with pytest.raises(StreamOpenError) as e1:
+        await site.registry.open_stream("nope", port, timeout_s=2)
+    assert e1.value.reason is OpenFailure.UNKNOWN_NODE
+    with pytest.raises(StreamOpenError) as e2:
+        await site.registry.open_stream("edge-echo-1", port + 1 if port < 65535 else 2, timeout_s=2)
+    assert e2.value.reason is OpenFailure.PORT_NOT_ALLOWED
+    with pytest.raises(StreamOpenError) as e3:
+        await site.registry.open_stream("edge-dead-1", 1, timeout_s=2)
+    assert e3.value.reason is OpenFailure.TARGET_REFUSED
+
+
+async def test_unauthorised_names_refused_and_reported(site: Site) -> None:
+    port = echo_port(site)
+    link = await site.start({"edge-ok-1": "127.0.0.1", "cloud-db-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: link.refused)
+    assert [e for e, _ in link.refused] == ["cloud-db-1"]
+    assert site.registry.agents_for("edge-ok-1")
+    assert not site.registry.agents_for("cloud-db-1")
+
+
+async def test_unknown_agent_key_gets_nothing(site: Site, tmp_path: Path) -> None:
+    port = echo_port(site)
+    stranger = KeyPair(tmp_path, "stranger")
+    link = await site.start({"edge-x-1": "127.0.0.1"}, [port], key=stranger)
+    await wait_for(lambda: link.attempt >= 2, timeout_s=10)
+    assert link.connects == 0
+    assert not site.registry.sessions
+    # the gateway keeps serving authorised agents meanwhile
+    good = await site.start({"edge-echo-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: good.connects == 1)
+
+
+async def test_agent_reconnects_after_gateway_restart(site: Site) -> None:
+    port = echo_port(site)
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: link.connects == 1)
+    assert site.listener.bound is not None
+    gw_port = site.listener.bound[1]
+    await site.listener.drain(0.5)
+    await wait_for(lambda: link.tunnel is None)
+    site.listener = site.make_listener(gw_port)
+    await site.listener.start()
+    await wait_for(lambda: link.connects == 2, timeout_s=5)  # backoff bound is 0.3 s
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
+    await stream.write(b"ping")
+    assert await stream.read() == b"ping"
+    await stream.aclose()
