@@ -10,14 +10,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
+from cloud_gateway.registry import AgentSession, Registry
+from cloud_gateway.tunnel_listener import TunnelListener
 from raven.admin import AdminServer
 from raven.config.gateway import GatewayConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
 from raven.transport.tunnel import Tunnel
-
-from cloud_gateway.registry import AgentSession, Registry
-from cloud_gateway.tunnel_listener import TunnelListener
 
 log = logging.getLogger(__name__)
 

@@ -116,7 +116,9 @@ class Registry:
         session = AgentSession(agent=agent, tunnel=tunnel)
         self.sessions[agent.name] = session
         if old is not None and old.tunnel is not tunnel:
-            log.info("tunnel replaced agent=%s old=%s new=%s", agent.name, old.tunnel.peer, tunnel.peer)
+            log.info(
+                "tunnel replaced agent=%s old=%s new=%s", agent.name, old.tunnel.peer, tunnel.peer
+            )
             self._unindex(old)
             from raven.protocol.codes import CloseCode
 
@@ -186,7 +188,10 @@ class Registry:
         if node in self.seen_nodes:
             return True
         return any(
-            node == pat.lower() for a in self.by_key.values() for pat in a.nodes if not _is_glob(pat)
+            node == pat.lower()
+            for a in self.by_key.values()
+            for pat in a.nodes
+            if not _is_glob(pat)
         )
 
     async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
@@ -198,7 +203,9 @@ class Registry:
                 raise StreamOpenError(OpenFailure.NO_AGENT, f"no agent connected for {name}")
             raise StreamOpenError(OpenFailure.UNKNOWN_NODE, f"unknown node {name}")
         # least loaded first, then lowest RTT
-        candidates.sort(key=lambda s: (s.tunnel.draining, len(s.tunnel.streams), s.tunnel.rtt_s or 0))
+        candidates.sort(
+            key=lambda s: (s.tunnel.draining, len(s.tunnel.streams), s.tunnel.rtt_s or 0)
+        )
         last: StreamOpenError | None = None
         for session in candidates:
             try:

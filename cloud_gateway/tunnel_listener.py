@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from cloud_gateway.registry import AgentSession, Registry
 from raven.config.common import parse_hostport
 from raven.config.gateway import AuthorisedAgent
 from raven.metrics import TunnelMetrics
@@ -18,8 +19,6 @@ from raven.protocol.limits import Limits
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
 from raven.transport.tunnel import Tunnel
-
-from cloud_gateway.registry import AgentSession, Registry
 
 log = logging.getLogger(__name__)
 

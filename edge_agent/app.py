@@ -10,14 +10,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
+from edge_agent.dialer import Dialer, DialSettings, GatewayLink
+from edge_agent.relay import Relay
 from raven.admin import AdminServer
 from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
 from raven.transport.tunnel import Tunnel
-
-from edge_agent.dialer import DialSettings, Dialer, GatewayLink
-from edge_agent.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,9 @@ class AgentApp:
         self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
         self.admin.app.router.add_get("/api/v1/status", self._api_status)
         self.nodes_served = Gauge(
-            "raven_agent_nodes_served", "Nodes in this agent's table.", registry=self.metrics_registry
+            "raven_agent_nodes_served",
+            "Nodes in this agent's table.",
+            registry=self.metrics_registry,
         )
         self.nodes_served.set(len(config.nodes))
         self.node_source: Any = None
@@ -99,7 +100,9 @@ class AgentApp:
         if self.config.tun.enabled:
             from edge_agent.tun.setup import start_agent_l3
 
-            self.l3 = await start_agent_l3(self.config.tun, self.config.subnets, self.metrics_registry)
+            self.l3 = await start_agent_l3(
+                self.config.tun, self.config.subnets, self.metrics_registry
+            )
         await self.admin.start()
         self.dialer.start()
         log.info("agent started gateway=%s nodes=%d", self.config.gateway, len(self.relay.nodes))

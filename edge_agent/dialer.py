@@ -104,7 +104,11 @@ class GatewayLink:
 
     @property
     def label(self) -> str:
-        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+        return (
+            f"[{self.address}]:{self.port}"
+            if ":" in self.address
+            else f"{self.address}:{self.port}"
+        )
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"link {self.label}")
@@ -141,7 +145,9 @@ class GatewayLink:
                 self.attempt, self.settings.min_backoff_s, self.settings.max_backoff_s, self.rng
             )
             self.attempt += 1
-            log.info("reconnecting gateway=%s in_s=%.2f attempt=%d", self.label, delay, self.attempt)
+            log.info(
+                "reconnecting gateway=%s in_s=%.2f attempt=%d", self.label, delay, self.attempt
+            )
             await asyncio.sleep(delay)
 
     async def _connect_once(self) -> None:
@@ -155,7 +161,9 @@ class GatewayLink:
             now=loop.time(),
             wall_time_ns=time.time_ns(),
         )
-        tunnel = Tunnel(conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label)
+        tunnel = Tunnel(
+            conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label
+        )
         tunnel.on_event = self._on_event
         async with asyncio.timeout(self.settings.limits.handshake_timeout_s):
             await loop.create_connection(lambda: tunnel, self.address, self.port)
@@ -182,14 +190,21 @@ class GatewayLink:
             if self.on_tunnel is not None:
                 self.on_tunnel(self, None)
         self.last_error = f"{closed.code.label}: {closed.reason}"
-        log.warning("tunnel down gateway=%s code=%s reason=%s", self.label, closed.code.label, closed.reason)
+        log.warning(
+            "tunnel down gateway=%s code=%s reason=%s", self.label, closed.code.label, closed.reason
+        )
 
     def _on_event(self, event: ev.Event) -> None:
         if isinstance(event, ev.RegistrationAnswered):
             self.accepted_nodes = event.accepted_nodes
             self.refused = event.refused
             for entry, reason in event.refused:
-                log.error("gateway refused registration gateway=%s entry=%s reason=%s", self.label, entry, reason)
+                log.error(
+                    "gateway refused registration gateway=%s entry=%s reason=%s",
+                    self.label,
+                    entry,
+                    reason,
+                )
             if event.refused:
                 self.metrics.registrations_refused.labels(self.label).inc(len(event.refused))
         elif isinstance(event, ev.PongReceived):
@@ -236,7 +251,9 @@ class Dialer:
     async def refresh(self) -> None:
         addresses = await resolve_gateway(self.host, self.resolver)
         if not addresses:
-            log.warning("gateway name resolves to nothing host=%s (keeping existing links)", self.host)
+            log.warning(
+                "gateway name resolves to nothing host=%s (keeping existing links)", self.host
+            )
             return
         for addr in addresses:
             if addr not in self.links:

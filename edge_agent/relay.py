@@ -8,6 +8,7 @@ the agent's own table gives the address).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
@@ -105,10 +106,8 @@ class Relay:
         finally:
             self.metrics.active.dec()
             writer.close()
-            try:
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()
-            except OSError:
-                pass
 
     async def _pump(
         self, stream: TunnelStream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

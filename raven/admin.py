@@ -39,7 +39,7 @@ class AdminServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
-        server = site._server  # noqa: SLF001 - aiohttp exposes no public bound address
+        server = site._server
         if server is not None and server.sockets:  # type: ignore[attr-defined]
             sockname = server.sockets[0].getsockname()  # type: ignore[attr-defined]
             self.bound = (sockname[0], sockname[1])

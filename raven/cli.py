@@ -24,7 +24,7 @@ def run_async(main: Coroutine[Any, Any, int]) -> int:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         return asyncio.run(main)
-    return uvloop.run(main)  # type: ignore[no-any-return]
+    return uvloop.run(main)
 
 
 def _keygen(_args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 KEY_BYTES = 32
 
 
-class KeyError_(ValueError):  # noqa: N801 - KeyError is a builtin
+class KeyError_(ValueError):
     """A key or key file is unusable; the message says why and what to do."""
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -13,7 +15,10 @@ class TunnelMetrics:
         p = peer_label
         self.peer_label = p
         self.tunnels_connected = Gauge(
-            "raven_tunnels_connected", "Tunnels up (handshake done) per peer.", [p], registry=registry
+            "raven_tunnels_connected",
+            "Tunnels up (handshake done) per peer.",
+            [p],
+            registry=registry,
         )
         self.handshakes = Counter(
             "raven_handshakes_total",
@@ -47,10 +52,16 @@ class TunnelMetrics:
             "raven_streams_opened_total", "Streams opened per peer.", [p], registry=registry
         )
         self.stream_resets = Counter(
-            "raven_stream_resets_total", "Stream resets by reason code.", ["code"], registry=registry
+            "raven_stream_resets_total",
+            "Stream resets by reason code.",
+            ["code"],
+            registry=registry,
         )
         self.rtt = Gauge(
-            "raven_tunnel_rtt_seconds", "Last measured tunnel round-trip time.", [p], registry=registry
+            "raven_tunnel_rtt_seconds",
+            "Last measured tunnel round-trip time.",
+            [p],
+            registry=registry,
         )
         self.rtt_hist = Histogram(
             "raven_tunnel_rtt_histogram_seconds",
@@ -77,7 +88,5 @@ class TunnelMetrics:
     def forget_peer(self, peer: str) -> None:
         """Remove per-peer series of a peer that is gone (bounded cardinality)."""
         for metric in (self.tunnels_connected, self.streams_open, self.rtt):
-            try:
+            with contextlib.suppress(KeyError):
                 metric.remove(peer)
-            except KeyError:
-                pass

@@ -83,3 +83,16 @@ async def wait_for(predicate: Any, timeout_s: float = 10.0, interval_s: float = 
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s")
         await asyncio.sleep(interval_s)
+
+
+def require(condition: bool, why: str) -> None:
+    """Skip when a prerequisite is missing, but fail when RAVEN_REQUIRE_E2E=1 (CI)."""
+    import os
+
+    import pytest
+
+    if condition:
+        return
+    if os.environ.get("RAVEN_REQUIRE_E2E") == "1":
+        pytest.fail(f"prerequisite missing and RAVEN_REQUIRE_E2E=1: {why}")
+    pytest.skip(why)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, parse_hostport, parse_prefix
@@ -20,13 +20,17 @@ class KubernetesNodeSource:
     """Serve the Kubernetes Nodes matching a label selector (address = InternalIP)."""
 
     enabled: bool = doc("Take the node table from Kubernetes instead of `nodes`.", default=False)
-    label_selector: str = doc("Label selector of the site's nodes.", default="openyurt.io/is-edge-worker=true")
+    label_selector: str = doc(
+        "Label selector of the site's nodes.", default="openyurt.io/is-edge-worker=true"
+    )
     kubeconfig: str | None = doc("Kubeconfig path; in-cluster config when unset.", default=None)
 
 
 @dataclass(frozen=True)
 class ReconnectConfig:
-    min_backoff_s: float = doc("First reconnect delay bound (exponential backoff, full jitter).", default=0.5)
+    min_backoff_s: float = doc(
+        "First reconnect delay bound (exponential backoff, full jitter).", default=0.5
+    )
     max_backoff_s: float = doc("Largest reconnect delay.", default=30.0)
 
     def __post_init__(self) -> None:
@@ -51,22 +55,42 @@ class AgentConfig:
     """The edge agent."""
 
     private_key_file: str = doc("File holding the agent's private key (mode 0600).")
-    gateway: str = doc("Gateway host:port. A DNS name with several addresses (headless Service) gets one tunnel per address.")
+    gateway: str = doc(
+        "Gateway host:port. A DNS name with several addresses (headless Service)"
+        " gets one tunnel per address."
+    )
     gateway_public_key: str = doc("The gateway's public key, base64.")
-    name: str = doc("A name for this agent (logs only; the gateway names agents by key).", default="edge-agent")
+    name: str = doc(
+        "A name for this agent (logs only; the gateway names agents by key).", default="edge-agent"
+    )
     psk_file: str | None = doc("Optional file with the base64 pre-shared key.", default=None)
-    nodes: dict[str, str] = doc("Nodes served: name -> address (IP or resolvable name).", default_factory=dict)
-    kubernetes: KubernetesNodeSource = doc("Node table from Kubernetes.", default_factory=KubernetesNodeSource)
-    allowed_ports: list[int] = doc("Ports the agent will connect to on served nodes.", default_factory=lambda: list(DEFAULT_ALLOWED_PORTS))
+    nodes: dict[str, str] = doc(
+        "Nodes served: name -> address (IP or resolvable name).", default_factory=dict
+    )
+    kubernetes: KubernetesNodeSource = doc(
+        "Node table from Kubernetes.", default_factory=KubernetesNodeSource
+    )
+    allowed_ports: list[int] = doc(
+        "Ports the agent will connect to on served nodes.",
+        default_factory=lambda: list(DEFAULT_ALLOWED_PORTS),
+    )
     subnets: list[str] = doc("IP prefixes this site routes over L3.", default_factory=list)
     connect_timeout_s: float = doc("Timeout connecting to a target.", default=5.0)
     resolve_interval_s: float = doc("How often the gateway name is re-resolved.", default=30.0)
-    dns_server: str | None = doc("Resolve the gateway name at this DNS server (ip[:port]) instead of /etc/resolv.conf.", default=None)
-    admin_listen: str = doc("Admin API: /metrics, /healthz, /readyz.", default=f"0.0.0.0:{constants.DEFAULT_AGENT_ADMIN_PORT}")
+    dns_server: str | None = doc(
+        "Resolve the gateway name at this DNS server (ip[:port]) instead of /etc/resolv.conf.",
+        default=None,
+    )
+    admin_listen: str = doc(
+        "Admin API: /metrics, /healthz, /readyz.",
+        default=f"0.0.0.0:{constants.DEFAULT_AGENT_ADMIN_PORT}",
+    )
     reconnect: ReconnectConfig = doc("Reconnect backoff.", default_factory=ReconnectConfig)
     limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
-    gpu_exporter: GpuExporterConfig = doc("Built-in GPU exporter.", default_factory=GpuExporterConfig)
+    gpu_exporter: GpuExporterConfig = doc(
+        "Built-in GPU exporter.", default_factory=GpuExporterConfig
+    )
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
 
     def __post_init__(self) -> None:

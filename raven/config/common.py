@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from raven.config.loader import ConfigError, doc
 from raven.protocol.limits import Limits
@@ -50,16 +50,42 @@ def parse_prefix(value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
 class LimitsConfig:
     """Tunnel limits (see docs/protocol.md, "Limits"). Both sides enforce what they receive."""
 
-    stream_window_bytes: int = doc("Initial flow-control credit per stream and direction.", default=_DEFAULTS.stream_window_bytes)
-    max_streams: int = doc("Open streams per tunnel; beyond it opens are refused (busy).", default=_DEFAULTS.max_streams)
-    max_tunnel_buffered_bytes: int = doc("Unread bytes summed over a tunnel's streams; above it new streams are refused (busy).", default=_DEFAULTS.max_tunnel_buffered_bytes)
-    max_queued_datagrams: int = doc("L3 packets queued for the tunnel; beyond it packets are dropped and counted.", default=_DEFAULTS.max_queued_datagrams)
-    keepalive_interval_s: float = doc("Idle time after which a ping is sent.", default=_DEFAULTS.keepalive_interval_s)
-    dead_peer_timeout_s: float = doc("Silence after which the peer is declared dead and the tunnel closed.", default=_DEFAULTS.dead_peer_timeout_s)
-    handshake_timeout_s: float = doc("Time allowed for the handshake.", default=_DEFAULTS.handshake_timeout_s)
-    rekey_after_s: float = doc("The sending key is rotated after this many seconds.", default=_DEFAULTS.rekey_after_s)
-    rekey_after_records: int = doc("... or after this many records, whichever comes first.", default=_DEFAULTS.rekey_after_records)
-    drain_timeout_s: float = doc("On shutdown, open streams get this long to finish.", default=_DEFAULTS.drain_timeout_s)
+    stream_window_bytes: int = doc(
+        "Initial flow-control credit per stream and direction.",
+        default=_DEFAULTS.stream_window_bytes,
+    )
+    max_streams: int = doc(
+        "Open streams per tunnel; beyond it opens are refused (busy).",
+        default=_DEFAULTS.max_streams,
+    )
+    max_tunnel_buffered_bytes: int = doc(
+        "Unread bytes summed over a tunnel's streams; above it new streams are refused (busy).",
+        default=_DEFAULTS.max_tunnel_buffered_bytes,
+    )
+    max_queued_datagrams: int = doc(
+        "L3 packets queued for the tunnel; beyond it packets are dropped and counted.",
+        default=_DEFAULTS.max_queued_datagrams,
+    )
+    keepalive_interval_s: float = doc(
+        "Idle time after which a ping is sent.", default=_DEFAULTS.keepalive_interval_s
+    )
+    dead_peer_timeout_s: float = doc(
+        "Silence after which the peer is declared dead and the tunnel closed.",
+        default=_DEFAULTS.dead_peer_timeout_s,
+    )
+    handshake_timeout_s: float = doc(
+        "Time allowed for the handshake.", default=_DEFAULTS.handshake_timeout_s
+    )
+    rekey_after_s: float = doc(
+        "The sending key is rotated after this many seconds.", default=_DEFAULTS.rekey_after_s
+    )
+    rekey_after_records: int = doc(
+        "... or after this many records, whichever comes first.",
+        default=_DEFAULTS.rekey_after_records,
+    )
+    drain_timeout_s: float = doc(
+        "On shutdown, open streams get this long to finish.", default=_DEFAULTS.drain_timeout_s
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -76,11 +102,19 @@ class LimitsConfig:
 class TunConfig:
     """The L3 TUN device (needs CAP_NET_ADMIN and /dev/net/tun)."""
 
-    enabled: bool = doc("Carry IP packets between this side's TUN device and the tunnel.", default=False)
+    enabled: bool = doc(
+        "Carry IP packets between this side's TUN device and the tunnel.", default=False
+    )
     name: str = doc("Interface name.", default="raven0")
     mtu: int = doc("Interface MTU: leave room for tunnel overhead (see docs/l3.md).", default=1380)
-    addresses: list[str] = doc("Addresses with prefix length set on the interface, e.g. 10.99.0.1/24.", default_factory=list)
-    routes: list[str] = doc("Prefixes routed into the interface (the gateway adds agents' prefixes itself).", default_factory=list)
+    addresses: list[str] = doc(
+        "Addresses with prefix length set on the interface, e.g. 10.99.0.1/24.",
+        default_factory=list,
+    )
+    routes: list[str] = doc(
+        "Prefixes routed into the interface (the gateway adds agents' prefixes itself).",
+        default_factory=list,
+    )
 
     def __post_init__(self) -> None:
         if not 576 <= self.mtu <= 65535:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, parse_hostport, parse_prefix
 from raven.config.loader import ConfigError, doc, from_dict, load_yaml_file
-from raven.protocol import constants
 from raven.keys import KeyError_, decode_key
+from raven.protocol import constants
 
 
 @dataclass(frozen=True)
@@ -18,8 +18,13 @@ class AuthorisedAgent:
 
     name: str = doc("A name for the agent (site), used in logs, metrics and the API.")
     public_key: str = doc("The agent's X25519 public key, base64 (from `raven pubkey`).")
-    nodes: list[str] = doc("Node names the agent may serve: exact names or globs like 'site-a-*'.", default_factory=list)
-    prefixes: list[str] = doc("IP prefixes the agent may route over L3 (e.g. 10.20.0.0/16).", default_factory=list)
+    nodes: list[str] = doc(
+        "Node names the agent may serve: exact names or globs like 'site-a-*'.",
+        default_factory=list,
+    )
+    prefixes: list[str] = doc(
+        "IP prefixes the agent may route over L3 (e.g. 10.20.0.0/16).", default_factory=list
+    )
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 63:
@@ -53,13 +58,29 @@ class TlsListener:
 class ProxyConfig:
     """The L7 proxy listeners Prometheus talks to."""
 
-    http_listen: str = doc("HTTP proxy listener (DNS, forward-proxy, CONNECT and path modes).", default=f"0.0.0.0:{constants.DEFAULT_HTTP_PROXY_PORT}")
-    tls_listeners: list[TlsListener] = doc("TLS passthrough listeners routed by SNI.", default_factory=lambda: [TlsListener(listen=f"0.0.0.0:{constants.DEFAULT_TLS_PROXY_PORT}", target_port=10250)])
-    default_timeout_s: float = doc("Bound on a request's tunnel leg when Prometheus sends no X-Prometheus-Scrape-Timeout-Seconds.", default=30.0)
-    header_timeout_s: float = doc("A client must send its whole request head within this (slowloris bound).", default=10.0)
+    http_listen: str = doc(
+        "HTTP proxy listener (DNS, forward-proxy, CONNECT and path modes).",
+        default=f"0.0.0.0:{constants.DEFAULT_HTTP_PROXY_PORT}",
+    )
+    tls_listeners: list[TlsListener] = doc(
+        "TLS passthrough listeners routed by SNI.",
+        default_factory=lambda: [
+            TlsListener(listen=f"0.0.0.0:{constants.DEFAULT_TLS_PROXY_PORT}", target_port=10250)
+        ],
+    )
+    default_timeout_s: float = doc(
+        "Bound on a request's tunnel leg when Prometheus sends no"
+        " X-Prometheus-Scrape-Timeout-Seconds.",
+        default=30.0,
+    )
+    header_timeout_s: float = doc(
+        "A client must send its whole request head within this (slowloris bound).", default=10.0
+    )
     max_header_bytes: int = doc("Largest request head; larger gets 431.", default=16384)
     idle_timeout_s: float = doc("Keep-alive connections idle this long are closed.", default=120.0)
-    max_connections: int = doc("Concurrent client connections; beyond it new ones wait in the accept queue.", default=4096)
+    max_connections: int = doc(
+        "Concurrent client connections; beyond it new ones wait in the accept queue.", default=4096
+    )
 
 
 @dataclass(frozen=True)
@@ -67,13 +88,22 @@ class GatewayConfig:
     """The cloud gateway."""
 
     private_key_file: str = doc("File holding the gateway's private key (mode 0600).")
-    psk_file: str | None = doc("Optional file with a base64 32-byte pre-shared key (all agents).", default=None)
-    tunnel_listen: str = doc("Where agents connect.", default=f"0.0.0.0:{constants.DEFAULT_TUNNEL_PORT}")
-    admin_listen: str = doc("Admin API: /metrics, /healthz, /readyz, /api/v1/*.", default=f"0.0.0.0:{constants.DEFAULT_GATEWAY_ADMIN_PORT}")
+    psk_file: str | None = doc(
+        "Optional file with a base64 32-byte pre-shared key (all agents).", default=None
+    )
+    tunnel_listen: str = doc(
+        "Where agents connect.", default=f"0.0.0.0:{constants.DEFAULT_TUNNEL_PORT}"
+    )
+    admin_listen: str = doc(
+        "Admin API: /metrics, /healthz, /readyz, /api/v1/*.",
+        default=f"0.0.0.0:{constants.DEFAULT_GATEWAY_ADMIN_PORT}",
+    )
     agents: list[AuthorisedAgent] = doc("The authorised agents.", default_factory=list)
     proxy: ProxyConfig = doc("L7 proxy listeners.", default_factory=ProxyConfig)
     limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)
-    handshake_rate_per_s: float = doc("Handshakes accepted per second per source address.", default=20.0)
+    handshake_rate_per_s: float = doc(
+        "Handshakes accepted per second per source address.", default=20.0
+    )
     handshake_burst: int = doc("Burst of handshakes per source address.", default=40)
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
     log: LogConfig = doc("Logging.", default_factory=LogConfig)

@@ -77,16 +77,19 @@ def _ipv4_error(
 
 
 def _ipv6_error(
-    packet: bytes | bytearray | memoryview, info: PacketInfo, icmp_type: int, code: int,
-    word: int, source: int,
+    packet: bytes | bytearray | memoryview,
+    info: PacketInfo,
+    *,
+    icmp_type: int,
+    code: int,
+    word: int,
+    source: int,
 ) -> bytes:
     room = IPV6_MIN_MTU - IPV6_HEADER_BYTES - _ICMP_HEADER_BYTES
     quoted = bytes(packet[:room])
     length = _ICMP_HEADER_BYTES + len(quoted)
     body = bytes((icmp_type, code, 0, 0)) + word.to_bytes(4, "big") + quoted
-    checksum = internet_checksum(
-        body, pseudo_header_sum(6, source, info.src, PROTO_ICMPV6, length)
-    )
+    checksum = internet_checksum(body, pseudo_header_sum(6, source, info.src, PROTO_ICMPV6, length))
     body = body[:2] + checksum.to_bytes(2, "big") + body[4:]
     header = (
         bytes((0x60, 0, 0, 0))
@@ -111,7 +114,14 @@ def build_too_big(
     src = info.dst if source is None else source
     if info.version == IPV4:
         return _ipv4_error(packet, info, ICMP_CODE_FRAG_NEEDED, mtu & 0xFFFF, src)
-    return _ipv6_error(packet, info, ICMPV6_PACKET_TOO_BIG, 0, max(mtu, IPV6_MIN_MTU), src)
+    return _ipv6_error(
+        packet,
+        info,
+        icmp_type=ICMPV6_PACKET_TOO_BIG,
+        code=0,
+        word=max(mtu, IPV6_MIN_MTU),
+        source=src,
+    )
 
 
 def build_unreachable(
@@ -123,7 +133,14 @@ def build_unreachable(
     src = info.dst if source is None else source
     if info.version == IPV4:
         return _ipv4_error(packet, info, ICMP_CODE_NET_UNREACHABLE, 0, src)
-    return _ipv6_error(packet, info, ICMPV6_DEST_UNREACHABLE, ICMPV6_CODE_NO_ROUTE, 0, src)
+    return _ipv6_error(
+        packet,
+        info,
+        icmp_type=ICMPV6_DEST_UNREACHABLE,
+        code=ICMPV6_CODE_NO_ROUTE,
+        word=0,
+        source=src,
+    )
 
 
 class IcmpRateLimiter:

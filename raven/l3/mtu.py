@@ -57,7 +57,9 @@ def fragment_ipv4(packet: bytes, info: PacketInfo, mtu: int) -> list[bytes]:
     return out
 
 
-def fit_mtu(packet: bytes, info: PacketInfo, mtu: int, icmp_source: int | None = None) -> MtuVerdict:
+def fit_mtu(
+    packet: bytes, info: PacketInfo, mtu: int, icmp_source: int | None = None
+) -> MtuVerdict:
     """Decide for a packet with ``info.length > mtu`` (fragments, or drop plus ICMP)."""
     if info.version == IPV4 and not info.dont_fragment:
         try:

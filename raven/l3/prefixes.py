@@ -117,4 +117,3 @@ class PrefixTable(Generic[T]):
                     else:
                         net = ipaddress.IPv6Network((key, plen))
                     yield net, value
-

@@ -26,7 +26,7 @@ class LocalProtocolError(ProtocolError):
 
 
 class HandshakeRejected(RemoteProtocolError):
-    """A handshake that must get no useful answer: unknown key, bad MAC, replay, wrong gateway key."""
+    """A handshake that gets no useful answer: unknown key, bad MAC, replay, wrong gateway key."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message, CloseCode.AUTH_FAILED)

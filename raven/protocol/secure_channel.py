@@ -250,16 +250,15 @@ class SecureChannel:
         received: list[bytes] = []
         self._received = received
         try:
-            if self._inbuf:
-                self._inbuf += data
-                with memoryview(self._inbuf) as view:
-                    consumed = self._consume(view)
-                del self._inbuf[:consumed]
-            else:
-                with memoryview(data) as view:
-                    consumed = self._consume(view)
-                    if consumed < len(view):
-                        self._inbuf += view[consumed:]
+            with memoryview(data) as view:
+                # First complete the one partial message held from earlier calls,
+                # copying only the bytes it lacks; then parse straight from `data`.
+                pos = self._complete_partial(view) if self._inbuf else 0
+                if pos < len(view):
+                    with view[pos:] as rest:
+                        consumed = self._consume(rest)
+                        if consumed < len(rest):
+                            self._inbuf += rest[consumed:]
         except ProtocolError:
             self._state = ChannelState.FAILED
             self._inbuf = bytearray()
@@ -267,6 +266,30 @@ class SecureChannel:
         finally:
             self._received = []
         return received
+
+    def _missing(self) -> int:
+        """Bytes the held partial message (or magic, or length prefix) still lacks."""
+        buf = self._inbuf
+        if self._state is ChannelState.AWAIT_MAGIC:
+            return len(MAGIC) - len(buf)
+        if len(buf) < LENGTH_PREFIX_BYTES:
+            return LENGTH_PREFIX_BYTES - len(buf)
+        return LENGTH_PREFIX_BYTES + ((buf[0] << 8) | buf[1]) - len(buf)
+
+    def _complete_partial(self, view: memoryview) -> int:
+        """Feed ``view`` into the held partial message until it is handled or
+        ``view`` runs out; return how many bytes of ``view`` were used."""
+        pos = 0
+        while self._inbuf and pos < len(view):
+            missing = self._missing()
+            take = min(missing, len(view) - pos)
+            self._inbuf += view[pos : pos + take]
+            pos += take
+            if take == missing:
+                with memoryview(self._inbuf) as held:
+                    consumed = self._consume(held)
+                del self._inbuf[:consumed]
+        return pos
 
     def _consume(self, view: memoryview) -> int:
         offset = 0

@@ -19,7 +19,9 @@ class OpenFailure(enum.Enum):
     NO_AGENT = "no_agent"  # the node is known but no agent serving it is connected
     PORT_NOT_ALLOWED = "port_not_allowed"  # outside the allow-list
     TARGET_REFUSED = "target_refused"  # the target refused the TCP connection
-    TARGET_UNREACHABLE = "target_unreachable"  # no route, host down, name not resolvable at the edge
+    TARGET_UNREACHABLE = (
+        "target_unreachable"  # no route, host down, name not resolvable at the edge
+    )
     TARGET_TIMEOUT = "target_timeout"  # connecting (or the whole open) took too long
     BUSY = "busy"  # too many streams / too much buffered on the tunnel
     DRAINING = "draining"  # the agent or gateway is shutting down

@@ -186,6 +186,7 @@ class Tunnel(asyncio.Protocol):
         self._write_resumed.set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flush = False
+        self._no_streams = asyncio.Event()
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -213,7 +214,9 @@ class Tunnel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         reason = f"connection lost: {exc}" if exc else "connection closed"
-        self._terminate(CloseCode.NORMAL if exc is None else CloseCode.INTERNAL, reason, by_peer=True)
+        self._terminate(
+            CloseCode.NORMAL if exc is None else CloseCode.INTERNAL, reason, by_peer=True
+        )
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -284,9 +287,13 @@ class Tunnel(asyncio.Protocol):
 
     async def wait_streams_done(self, timeout_s: float) -> bool:
         """Wait until no stream is open, at most ``timeout_s``; True if none are left."""
-        deadline = self.loop.time() + timeout_s
-        while self.streams and self.loop.time() < deadline and not self.closed.done():
-            await asyncio.sleep(0.05)
+        if self.streams and not self.closed.done():
+            self._no_streams.clear()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._no_streams.wait()
+            except TimeoutError:
+                pass
         return not self.streams
 
     # ------------------------------------------------------------ internals used by streams
@@ -314,6 +321,8 @@ class Tunnel(asyncio.Protocol):
 
     def _forget(self, stream_id: int) -> None:
         self.streams.pop(stream_id, None)
+        if not self.streams:
+            self._no_streams.set()
 
     async def _wait_writable(self) -> None:
         if self._write_paused and not self.closed.done():
@@ -338,6 +347,7 @@ class Tunnel(asyncio.Protocol):
                 self.transport.write(data)
         finally:
             self._in_flush = False
+        self._no_streams = asyncio.Event()
         self._process_events()
 
     def _arm_timer(self) -> None:
@@ -360,8 +370,10 @@ class Tunnel(asyncio.Protocol):
     def _process_events(self) -> None:
         while (event := self.conn.next_event()) is not None:
             self._dispatch(event)
+        if not self.streams:
+            self._no_streams.set()
 
-    def _dispatch(self, event: ev.Event) -> None:  # noqa: C901 - one branch per event type
+    def _dispatch(self, event: ev.Event) -> None:
         if isinstance(event, ev.StreamDataReceived):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
@@ -456,6 +468,7 @@ class Tunnel(asyncio.Protocol):
             if stream.opened is not None and not stream.opened.done():
                 stream.opened.set_exception(StreamOpenError(OpenFailure.TUNNEL_CLOSED, reason))
         self.streams.clear()
+        self._no_streams.set()
         if not self.handshake.done():
             self.handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
             self.handshake.exception()  # retrieved: nobody may be waiting
@@ -466,7 +479,7 @@ class Tunnel(asyncio.Protocol):
             # push out a final CLOSE frame if the connection produced one
             try:
                 data = self.conn.data_to_send()
-            except Exception:  # noqa: BLE001 - best effort on the way out
+            except Exception:
                 data = b""
             if data:
                 self.transport.write(data)

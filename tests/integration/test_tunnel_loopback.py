@@ -19,6 +19,8 @@ from raven.protocol.limits import Limits
 from raven.transport.stream import OpenFailure, StreamOpenError
 from tests.helpers import KeyPair, start_echo_server, wait_for
 
+pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
+
 LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=1.0)
 
 
@@ -52,7 +54,9 @@ class Site:
             handshake_burst=100,
         )
 
-    async def start(self, nodes: dict[str, str], ports: list[int], key: KeyPair | None = None) -> GatewayLink:
+    async def start(
+        self, nodes: dict[str, str], ports: list[int], key: KeyPair | None = None
+    ) -> GatewayLink:
         if self.listener.bound is None:
             await self.listener.start()
         assert self.listener.bound is not None
@@ -169,3 +173,61 @@ async def test_agent_reconnects_after_gateway_restart(site: Site) -> None:
     await stream.write(b"ping")
     assert await stream.read() == b"ping"
     await stream.aclose()
+
+
+async def _start_source_server() -> asyncio.Server:
+    """A target that streams bytes as fast as the reader takes them."""
+    block = os.urandom(64 * 1024)
+
+    async def source(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                writer.write(block)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(source, "127.0.0.1", 0)
+
+
+async def test_stalled_stream_does_not_slow_another(site: Site) -> None:
+    source = await _start_source_server()
+    try:
+        port = int(source.sockets[0].getsockname()[1])
+        await site.start({"edge-src-1": "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for("edge-src-1"))
+        stalled = await site.registry.open_stream("edge-src-1", port, timeout_s=5)
+        busy = await site.registry.open_stream("edge-src-1", port, timeout_s=5)
+        window = LIMITS.stream_window_bytes
+        got = 0
+        while got < 20 * window:  # far more than the stalled stream may buffer
+            got += len(await busy.read())
+        # the stalled stream holds at most its window, and nothing was lost or mixed up
+        assert stalled._chunks, "stalled stream received nothing at all"
+        buffered = sum(len(c) for c in stalled._chunks)
+        assert buffered <= window
+        await stalled.aclose()
+        await busy.aclose()
+    finally:
+        source.close()
+        await source.wait_closed()
+
+
+async def test_drain_lets_open_streams_finish_and_refuses_new(site: Site) -> None:
+    port = echo_port(site)
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: link.connects == 1)
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
+    session = site.registry.agents_for("edge-echo-1")[0]
+    session.tunnel.go_away("test drain")
+    with pytest.raises(StreamOpenError) as exc:
+        await session.tunnel.open_stream("edge-echo-1", port, timeout_s=2)
+    assert exc.value.reason is OpenFailure.DRAINING
+    await stream.write(b"still flowing")
+    assert await stream.read() == b"still flowing"
+    await stream.write_eof()
+    assert await stream.read() == b""
+    assert await session.tunnel.wait_streams_done(2.0)
