@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -190,8 +191,9 @@ class Tunnel(asyncio.Protocol):
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports do not subclass asyncio.Transport: no isinstance check here
+        self.transport = typing.cast(asyncio.Transport, transport)
+        transport = self.transport
         transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
         peer = transport.get_extra_info("peername")
         if peer:
