@@ -101,13 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", "-c", required=True, help="agent YAML config file")
     p.set_defaults(func=_agent)
     for module in PLUGIN_MODULES:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                continue  # that part is not installed
-            raise
-        mod.register(sub)
+        importlib.import_module(module).register(sub)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""`raven demo`: the whole product on loopback, with no external services."""
