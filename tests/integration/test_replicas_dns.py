@@ -43,9 +43,18 @@ def dnsmasq(tmp_path: Path):
     port = free_port()
     proc = subprocess.Popen(
         [
-            "dnsmasq", "--keep-in-foreground", "--log-facility=-", "--no-resolv", "--no-hosts",
-            "--local=/#/", "--listen-address=127.0.0.1", "--bind-interfaces", f"--port={port}",
-            f"--hostsdir={hosts}", f"--pid-file={tmp_path / 'dnsmasq.pid'}", "--user=root",
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--log-facility=-",
+            "--no-resolv",
+            "--no-hosts",
+            "--local=/#/",
+            "--listen-address=127.0.0.1",
+            "--bind-interfaces",
+            f"--port={port}",
+            f"--hostsdir={hosts}",
+            f"--pid-file={tmp_path / 'dnsmasq.pid'}",
+            "--user=root",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -64,8 +73,14 @@ async def gateways(tmp_path: Path) -> AsyncIterator[tuple[KeyPair, KeyPair, list
     for addr in REPLICAS:
         reg = Registry([auth], TunnelMetrics(CollectorRegistry()))
         lst = TunnelListener(
-            listen=f"{addr}:{port}", static_private=gw.private, psk=bytes(32), limits=LIMITS,
-            registry=reg, metrics=reg.metrics, handshake_rate_per_s=50, handshake_burst=50,
+            listen=f"{addr}:{port}",
+            static_private=gw.private,
+            psk=bytes(32),
+            limits=LIMITS,
+            registry=reg,
+            metrics=reg.metrics,
+            handshake_rate_per_s=50,
+            handshake_burst=50,
         )
         await lst.start()
         registries.append(reg)
@@ -85,11 +100,22 @@ async def test_agent_keeps_a_tunnel_to_every_replica(dnsmasq, gateways) -> None:
     metrics = TunnelMetrics(CollectorRegistry(), "gateway")
 
     def make_link(address: str, port: int) -> GatewayLink:
-        return GatewayLink(address, port, settings, on_stream=relay.handle,
-                           registration=lambda: (["edge-echo-1"], []), metrics=metrics)
+        return GatewayLink(
+            address,
+            port,
+            settings,
+            on_stream=relay.handle,
+            registration=lambda: (["edge-echo-1"], []),
+            metrics=metrics,
+        )
 
-    dialer = Dialer(f"gw.raven.test:{gw_port}", settings, link_factory=make_link,
-                    resolve_interval_s=0.2, dns_server=f"127.0.0.1:{dns_port}")
+    dialer = Dialer(
+        f"gw.raven.test:{gw_port}",
+        settings,
+        link_factory=make_link,
+        resolve_interval_s=0.2,
+        dns_server=f"127.0.0.1:{dns_port}",
+    )
     dialer.start()
     try:
         # a scrape landing on either replica finds the agent

@@ -7,95 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from cloud_gateway.registry import Registry
-from cloud_gateway.tunnel_listener import TunnelListener
-from edge_agent.dialer import DialSettings, GatewayLink
-from edge_agent.relay import Relay
-from raven.config.gateway import AuthorisedAgent
-from raven.metrics import TunnelMetrics
-from raven.protocol.limits import Limits
 from raven.transport.stream import OpenFailure, StreamOpenError
-from tests.helpers import KeyPair, start_echo_server, wait_for
+from tests.helpers import KeyPair, wait_for
+from tests.tunnel_site import LIMITS, Site
 
 pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
-
-LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=1.0)
-
-
-class Site:
-    """A gateway listener plus N agent links, all on loopback."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.gw = KeyPair(tmp, "gw")
-        self.agent = KeyPair(tmp, "agent")
-        self.gw_metrics = TunnelMetrics(CollectorRegistry(), "agent")
-        self.ag_registry = CollectorRegistry()
-        self.ag_metrics = TunnelMetrics(self.ag_registry, "gateway")
-        auth = AuthorisedAgent(
-            name="site-a", public_key=self.agent.public_b64, nodes=["edge-*"], prefixes=[]
-        )
-        self.registry = Registry([auth], self.gw_metrics)
-        self.listener = self.make_listener()
-        self.links: list[GatewayLink] = []
-        self.echo: asyncio.Server | None = None
-
-    def make_listener(self, port: int = 0) -> TunnelListener:
-        return TunnelListener(
-            listen=f"127.0.0.1:{port}",
-            static_private=self.gw.private,
-            psk=bytes(32),
-            limits=LIMITS,
-            registry=self.registry,
-            metrics=self.gw_metrics,
-            handshake_rate_per_s=100,
-            handshake_burst=100,
-        )
-
-    async def start(
-        self, nodes: dict[str, str], ports: list[int], key: KeyPair | None = None
-    ) -> GatewayLink:
-        if self.listener.bound is None:
-            await self.listener.start()
-        assert self.listener.bound is not None
-        relay = Relay(nodes, ports, 2.0, CollectorRegistry())
-        settings = DialSettings(
-            static_private=(key or self.agent).private,
-            gateway_public=self.gw.public,
-            psk=bytes(32),
-            limits=LIMITS,
-            min_backoff_s=0.05,
-            max_backoff_s=0.3,
-        )
-        link = GatewayLink(
-            "127.0.0.1",
-            self.listener.bound[1],
-            settings,
-            on_stream=relay.handle,
-            registration=lambda: (sorted(nodes), []),
-            metrics=self.ag_metrics,
-        )
-        link.start()
-        self.links.append(link)
-        return link
-
-    async def close(self) -> None:
-        for link in self.links:
-            await link.stop(graceful=False)
-        await self.listener.drain(0.5)
-        if self.echo is not None:
-            self.echo.close()
-            await self.echo.wait_closed()
-
-
-@pytest.fixture
-async def site(tmp_path: Path):
-    s = Site(tmp_path)
-    s.echo = await start_echo_server()
-    yield s
-    await s.close()
 
 
 def echo_port(site: Site) -> int:

@@ -1,0 +1,174 @@
+"""Bad peers at loopback: each is rejected cleanly and the gateway keeps serving others."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from raven.protocol.connection import TunnelConnection
+from raven.protocol.secure_channel import Role
+from tests.helpers import KeyPair, wait_for
+from tests.tunnel_site import LIMITS, Site
+
+pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
+
+
+def handshakes(site: Site, result: str) -> float:
+    return site.gw_metrics.handshakes.labels(result)._value.get()
+
+
+async def read_until_closed(reader: asyncio.StreamReader, timeout_s: float = 5.0) -> bytes:
+    async with asyncio.timeout(timeout_s):
+        return await reader.read()
+
+
+def echo_port(site: Site) -> int:
+    assert site.echo is not None
+    return int(site.echo.sockets[0].getsockname()[1])
+
+
+async def assert_still_serving(site: Site) -> None:
+    port = echo_port(site)
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: link.connects >= 1)
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
+    await stream.write(b"ok?")
+    assert await stream.read() == b"ok?"
+    await stream.aclose()
+
+
+async def test_http_client_on_tunnel_port_gets_closed(site: Site) -> None:
+    await site.listener.start()
+    assert site.listener.bound is not None
+    reader, writer = await asyncio.open_connection(*site.listener.bound)
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert await read_until_closed(reader) == b""  # no useful answer
+    writer.close()
+    await wait_for(lambda: handshakes(site, "failed") + handshakes(site, "malformed") >= 1)
+    await assert_still_serving(site)
+
+
+async def test_wrong_gateway_key_gets_no_answer(site: Site, tmp_path: Path) -> None:
+    await site.listener.start()
+    assert site.listener.bound is not None
+    impostor = KeyPair(tmp_path, "impostor")  # the agent believes this is the gateway
+    conn = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
+                            remote_static=impostor.public, limits=LIMITS,
+                            now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    reader, writer = await asyncio.open_connection(*site.listener.bound)
+    writer.write(conn.data_to_send())
+    assert await read_until_closed(reader) == b""
+    writer.close()
+    await wait_for(lambda: handshakes(site, "decrypt_failed") == 1)
+    await assert_still_serving(site)
+
+
+async def test_replayed_initiation_is_rejected(site: Site) -> None:
+    await site.listener.start()
+    assert site.listener.bound is not None
+    conn = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
+                            remote_static=site.gw.public, limits=LIMITS,
+                            now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    first_flight = conn.data_to_send()
+    r1, w1 = await asyncio.open_connection(*site.listener.bound)
+    w1.write(first_flight)
+    answer = await asyncio.wait_for(r1.read(4096), 5)
+    assert answer  # the genuine initiation is answered
+    r2, w2 = await asyncio.open_connection(*site.listener.bound)
+    w2.write(first_flight)  # an eavesdropper replays it
+    assert await read_until_closed(r2) == b""
+    await wait_for(lambda: handshakes(site, "replay") == 1)
+    for w in (w1, w2):
+        w.close()
+        await w.wait_closed()
+
+
+async def test_tampered_record_closes_only_that_tunnel(site: Site) -> None:
+    await site.listener.start()
+    assert site.listener.bound is not None
+    conn = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
+                            remote_static=site.gw.public, limits=LIMITS,
+                            now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    reader, writer = await asyncio.open_connection(*site.listener.bound)
+    writer.write(conn.data_to_send())
+    conn.receive_data(await asyncio.wait_for(reader.read(4096), 5), time.monotonic())
+    assert conn.handshake_complete
+    conn.register(["edge-x-1"], [])
+    record = bytearray(conn.data_to_send(None, time.monotonic()))
+    record[-1] ^= 0x01  # flip one bit of the tag
+    writer.write(bytes(record))
+    await read_until_closed(reader)  # the gateway hangs up
+    writer.close()
+    await wait_for(lambda: not site.registry.sessions)
+    await assert_still_serving(site)
+
+
+class FreezableRelay:
+    """A TCP relay between agent and gateway that can stop forwarding (a dead path)."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.frozen = False
+        self.server: asyncio.Server | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        ur, uw = await asyncio.open_connection(*self.upstream)
+        await asyncio.gather(self._pump(r, uw), self._pump(ur, w), return_exceptions=True)
+
+    async def _pump(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while data := await r.read(65536):
+                if not self.frozen:
+                    w.write(data)
+                    await w.drain()
+        finally:
+            w.close()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def test_dead_peer_detected_on_both_sides(site: Site) -> None:
+    await site.listener.start()
+    assert site.listener.bound is not None
+    relay = FreezableRelay(site.listener.bound)
+    relay_port = await relay.start()
+    listener_port = site.listener.bound[1]
+    site.listener.bound = ("127.0.0.1", relay_port)  # the agent dials the relay
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [echo_port(site)])
+    site.listener.bound = ("127.0.0.1", listener_port)
+    await wait_for(lambda: link.connects == 1 and bool(site.registry.sessions))
+    relay.frozen = True
+    frozen_at = time.monotonic()
+    await wait_for(lambda: link.tunnel is None and not site.registry.sessions, timeout_s=10)
+    detected_after = time.monotonic() - frozen_at
+    # dead_peer_timeout_s is 2 s here; allow scheduling slack, but far below TCP's minutes
+    assert detected_after < LIMITS.dead_peer_timeout_s + 2.0
+    assert link.last_error.startswith("keepalive_timeout")
+    await link.stop(graceful=False)
+    site.links.remove(link)
+    await relay.stop()
+
+
+async def test_garbage_floods_do_not_grow_memory(site: Site) -> None:
+    await site.listener.start()
+    assert site.listener.bound is not None
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection(*site.listener.bound)
+        writer.write(b"RVN1" + os.urandom(70000))
+        await read_until_closed(reader)
+        writer.close()
+    assert not site.listener.tunnels or all(t.closed.done() for t in site.listener.tunnels)
+    await assert_still_serving(site)
