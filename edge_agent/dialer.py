@@ -190,7 +190,7 @@ class GatewayLink:
             if self.on_tunnel is not None:
                 self.on_tunnel(self, None)
         self.last_error = f"{closed.code.label}: {closed.reason}"
-        log.warning(
+        (log.info if self._stopping else log.warning)(
             "tunnel down gateway=%s code=%s reason=%s", self.label, closed.code.label, closed.reason
         )
 

@@ -10,14 +10,15 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: Longest DNS name in presentation form, without the trailing dot (RFC 1035 2.3.4).
 MAX_NAME_LENGTH = 253
 #: One label: letters, digits and inner hyphens, 1 to 63 characters (RFC 1123 2.1).
-_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
-_ALL_DIGITS = re.compile(r"[0-9]+\Z")
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_NAME = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}")
 
 
 class HostsError(Exception):
@@ -36,8 +37,7 @@ class SinkError(HostsError):
     """A sink could not store the rendered text; the previous content is left in place."""
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One name and the addresses it resolves to (any mix of IPv4 and IPv6)."""
 
     name: str
@@ -56,9 +56,7 @@ class Snapshot:
     origin: str
 
     @classmethod
-    def uniform(
-        cls, names: Iterable[str], addresses: Iterable[IPAddress], origin: str
-    ) -> Snapshot:
+    def uniform(cls, names: Iterable[str], addresses: Iterable[IPAddress], origin: str) -> Snapshot:
         """Every name resolves to the same addresses (the gateway Service's)."""
         addrs = tuple(addresses)
         return cls(tuple(Entry(n, addrs) for n in names), origin)
@@ -74,11 +72,7 @@ def normalize_name(name: str) -> str | None:
     if not name or len(name) > MAX_NAME_LENGTH or not name.isascii():
         return None
     lowered = name.lower()
-    labels = lowered.split(".")
-    for label in labels:
-        if _LABEL.match(label) is None:
-            return None
-    if _ALL_DIGITS.match(labels[-1]) is not None:
+    if _NAME.fullmatch(lowered) is None or lowered.rpartition(".")[2].isdigit():
         return None
     return lowered
 

@@ -42,32 +42,52 @@ class Rendered:
         return sum(len(e.addresses) for e in self.entries)
 
 
+def _sorted_unique(addresses: tuple[IPAddress, ...]) -> tuple[IPAddress, ...]:
+    return tuple(sorted(set(addresses), key=address_sort_key))
+
+
 def render(snapshot: Snapshot) -> Rendered:
     """Validate names, merge duplicates, sort, and produce the hosts-file text."""
-    merged: dict[str, set[IPAddress]] = {}
+    # Sources share one addresses tuple among all names (the gateway's), so sorting and
+    # formatting is done once per distinct tuple object, not once per name.
+    merged: dict[str, list[tuple[IPAddress, ...]]] = {}
     invalid: set[str] = set()
     for entry in snapshot.entries:
         name = normalize_name(entry.name)
         if name is None:
             invalid.add(entry.name)
-            continue
-        merged.setdefault(name, set()).update(entry.addresses)
+        elif name in merged:
+            merged[name].append(entry.addresses)
+        else:
+            merged[name] = [entry.addresses]
+
+    by_tuple: dict[int, tuple[tuple[IPAddress, ...], tuple[IPAddress, ...], tuple[str, ...]]] = {}
+
+    def prepared(addrs: tuple[IPAddress, ...]) -> tuple[tuple[IPAddress, ...], tuple[str, ...]]:
+        hit = by_tuple.get(id(addrs))
+        if hit is not None and hit[0] is addrs:
+            return hit[1], hit[2]
+        ordered = _sorted_unique(addrs)
+        texts = tuple(f"{a.compressed} " for a in ordered)
+        by_tuple[id(addrs)] = (addrs, ordered, texts)
+        return ordered, texts
 
     entries: list[Entry] = []
     unresolved: list[str] = []
-    formatted: dict[IPAddress, str] = {}
     body: list[str] = []
+    append = body.append
     for name in sorted(merged):
-        addresses = tuple(sorted(merged[name], key=address_sort_key))
+        groups = merged[name]
+        if len(groups) == 1:
+            addresses, texts = prepared(groups[0])
+        else:
+            addresses, texts = prepared(_sorted_unique(tuple(a for g in groups for a in g)))
         if not addresses:
             unresolved.append(name)
             continue
         entries.append(Entry(name, addresses))
-        for address in addresses:
-            text = formatted.get(address)
-            if text is None:
-                text = formatted[address] = address.compressed
-            body.append(f"{text} {name}\n")
+        for prefix in texts:  # "<ip> " prefixes
+            append(f"{prefix}{name}\n")
 
     origin = _UNPRINTABLE.sub("?", snapshot.origin)[:200]
     header = f"{HEADER}# source: {origin}\n# names: {len(entries)}, lines: {len(body)}\n"
