@@ -10,7 +10,7 @@ from collections.abc import Callable
 from cloud_gateway.registry import AgentSession, Registry
 from raven.config.common import parse_hostport
 from raven.config.gateway import AuthorisedAgent
-from raven.metrics import TunnelMetrics
+from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode
 from raven.protocol.connection import TunnelConnection
@@ -56,7 +56,7 @@ class TunnelListener:
         self.bound: tuple[str, int] | None = None
         self._handshake_timers: dict[Tunnel, asyncio.TimerHandle] = {}
         self._pending_sessions: dict[Tunnel, AgentSession] = {}
-        self._stat_last: dict[Tunnel, tuple[int, int]] = {}
+        self._samplers: dict[Tunnel, StatsSampler] = {}
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -128,15 +128,14 @@ class TunnelListener:
         self.metrics.handshakes.labels("ok").inc()
         session = self.registry.add(agent, tunnel)
         self._pending_sessions[tunnel] = session
-        self._stat_last[tunnel] = (0, 0)
+        self._samplers[tunnel] = StatsSampler(self.metrics, agent.name)
         log.info("tunnel up agent=%s peer=%s", agent.name, tunnel.peer)
 
     def _sample(self, tunnel: Tunnel, agent: str) -> None:
-        """Move byte counters of ``tunnel`` into the metrics (deltas)."""
-        sent, received = self._stat_last.get(tunnel, (0, 0))
-        self.metrics.bytes.labels("tx", agent).inc(tunnel.bytes_sent - sent)
-        self.metrics.bytes.labels("rx", agent).inc(tunnel.bytes_received - received)
-        self._stat_last[tunnel] = (tunnel.bytes_sent, tunnel.bytes_received)
+        """Move the protocol counters of ``tunnel`` into the metrics (deltas)."""
+        sampler = self._samplers.get(tunnel)
+        if sampler is not None:
+            sampler.sample(tunnel.conn.stats)
         self.metrics.streams_open.labels(agent).set(len(tunnel.streams))
 
     def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
@@ -153,7 +152,7 @@ class TunnelListener:
                 log.info("handshake failed peer=%s reason=%s", tunnel.peer, event.reason)
             return
         self._sample(tunnel, session.agent.name)
-        self._stat_last.pop(tunnel, None)
+        self._samplers.pop(tunnel, None)
         self.metrics.tunnel_closes.labels(event.code.label).inc()
         self.registry.remove(session.agent, tunnel)
         for hook in self.session_hooks:

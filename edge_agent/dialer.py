@@ -21,7 +21,7 @@ import dns.exception
 import dns.resolver
 
 from raven.config.common import parse_hostport
-from raven.metrics import TunnelMetrics
+from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.limits import Limits
@@ -94,6 +94,7 @@ class GatewayLink:
         self.on_datagram = on_datagram
         self.rng = rng or random.Random()
         self.tunnel: Tunnel | None = None
+        self.sampler = StatsSampler(metrics, self.label)
         self.attempt = 0
         self.connects = 0
         self.last_error = ""
@@ -174,6 +175,7 @@ class GatewayLink:
                 raise
         self.metrics.handshakes.labels("ok").inc()
         self.tunnel = tunnel
+        self.sampler = StatsSampler(self.metrics, self.label)
         self.connects += 1
         self.metrics.tunnels_connected.labels(self.label).set(1)
         log.info("tunnel up gateway=%s", self.label)
@@ -185,8 +187,7 @@ class GatewayLink:
         finally:
             self.tunnel = None
             self.metrics.tunnels_connected.labels(self.label).set(0)
-            self.metrics.bytes.labels("tx", self.label).inc(tunnel.bytes_sent)
-            self.metrics.bytes.labels("rx", self.label).inc(tunnel.bytes_received)
+            self.sampler.sample(tunnel.conn.stats)
             if self.on_tunnel is not None:
                 self.on_tunnel(self, None)
         self.last_error = f"{closed.code.label}: {closed.reason}"
@@ -208,6 +209,9 @@ class GatewayLink:
             if event.refused:
                 self.metrics.registrations_refused.labels(self.label).inc(len(event.refused))
         elif isinstance(event, ev.PongReceived):
+            if self.tunnel is not None:
+                self.sampler.sample(self.tunnel.conn.stats)
+                self.metrics.streams_open.labels(self.label).set(len(self.tunnel.streams))
             self.metrics.rtt.labels(self.label).set(event.rtt_s)
             self.metrics.rtt_hist.observe(event.rtt_s)
         elif isinstance(event, ev.StreamReset):

@@ -7,6 +7,8 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from raven.protocol.scheduler import TunnelStats
+
 
 class TunnelMetrics:
     """Prometheus metrics of tunnels, handshakes, streams and registrations."""
@@ -90,3 +92,33 @@ class TunnelMetrics:
         for metric in (self.tunnels_connected, self.streams_open, self.rtt):
             with contextlib.suppress(KeyError):
                 metric.remove(peer)
+
+
+class StatsSampler:
+    """Moves one tunnel's live protocol counters (``TunnelStats``) into the metrics as
+    deltas, so counters stay monotonic across samples."""
+
+    def __init__(self, metrics: TunnelMetrics, peer: str) -> None:
+        self.metrics = metrics
+        self.peer = peer
+        self._last: dict[str, int] = {}
+
+    def _delta(self, key: str, value: int) -> int:
+        previous = self._last.get(key, 0)
+        self._last[key] = value
+        return max(0, value - previous)
+
+    def sample(self, stats: TunnelStats) -> None:
+        m, p = self.metrics, self.peer
+        m.bytes.labels("tx", p).inc(self._delta("bytes_tx", stats.bytes_sent))
+        m.bytes.labels("rx", p).inc(self._delta("bytes_rx", stats.bytes_received))
+        m.records.labels("tx", p).inc(self._delta("records_tx", stats.records_sent))
+        m.records.labels("rx", p).inc(self._delta("records_rx", stats.records_received))
+        m.frames.labels("tx", p).inc(self._delta("frames_tx", sum(stats.frames_sent.values())))
+        m.frames.labels("rx", p).inc(
+            self._delta("frames_rx", sum(stats.frames_received.values()))
+        )
+        for reason, count in stats.datagrams_dropped.items():
+            delta = self._delta(f"drop_{reason}", count)
+            if delta:
+                m.datagrams_dropped.labels(reason).inc(delta)

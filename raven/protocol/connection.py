@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
+from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import Event, HandshakeCompleted
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
@@ -140,6 +140,8 @@ class TunnelConnection:
                 mux.receive_payload(payload, now)
         except RemoteProtocolError as exc:
             self._fail(exc.code, str(exc))
+        except LocalProtocolError as exc:  # a bug of ours met on the receive path
+            self._fail(CloseCode.INTERNAL, f"internal error: {exc}")
 
     def _fail(self, code: CloseCode, reason: str) -> None:
         if self._channel.handshake_complete:

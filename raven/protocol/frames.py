@@ -470,26 +470,15 @@ def _d_datagram(_stream_id: int, body: bytes, _final: bool) -> Frame:
     return DatagramFrame(body)
 
 
-def _d_ping(_stream_id: int, body: bytes, _final: bool) -> Frame:
+def _opaque(body: bytes, what: str) -> bytes:
     if len(body) != PING_OPAQUE_BYTES:
-        raise RemoteProtocolError("PING frame must carry 8 bytes")
-    return PingFrame(body)
+        raise RemoteProtocolError(f"{what} frame must carry 8 bytes")
+    return body
 
 
-def _d_pong(_stream_id: int, body: bytes, _final: bool) -> Frame:
-    if len(body) != PING_OPAQUE_BYTES:
-        raise RemoteProtocolError("PONG frame must carry 8 bytes")
-    return PongFrame(body)
-
-
-def _d_goaway(_stream_id: int, body: bytes, _final: bool) -> Frame:
-    _need(body, 1, "GOAWAY")
-    return GoAwayFrame(_close_code(body[0]), _decode_reason(body[1:]))
-
-
-def _d_close(_stream_id: int, body: bytes, _final: bool) -> Frame:
-    _need(body, 1, "CLOSE")
-    return CloseFrame(_close_code(body[0]), _decode_reason(body[1:]))
+def _close_body(body: bytes, what: str) -> tuple[CloseCode, str]:
+    _need(body, 1, what)
+    return _close_code(body[0]), _decode_reason(body[1:])
 
 
 def _read_entries(
@@ -537,22 +526,17 @@ def _d_register_result(_stream_id: int, body: bytes, final: bool) -> Frame:
     return RegisterResultFrame(tuple(nodes), tuple(prefixes), tuple(refused), final)
 
 
-def _d_data(stream_id: int, body: bytes, _final: bool) -> Frame:  # pragma: no cover
-    return DataFrame(stream_id, body)
-
-
 _DECODERS: dict[FrameType, Callable[[int, bytes, bool], Frame]] = {
-    FrameType.DATA: _d_data,
     FrameType.OPEN: _d_open,
     FrameType.OPEN_RESULT: _d_open_result,
     FrameType.CREDIT: _d_credit,
     FrameType.END: _d_end,
     FrameType.RESET: _d_reset,
     FrameType.DATAGRAM: _d_datagram,
-    FrameType.PING: _d_ping,
-    FrameType.PONG: _d_pong,
+    FrameType.PING: lambda _s, body, _f: PingFrame(_opaque(body, "PING")),
+    FrameType.PONG: lambda _s, body, _f: PongFrame(_opaque(body, "PONG")),
     FrameType.REGISTER: _d_register,
     FrameType.REGISTER_RESULT: _d_register_result,
-    FrameType.GOAWAY: _d_goaway,
-    FrameType.CLOSE: _d_close,
+    FrameType.GOAWAY: lambda _s, body, _f: GoAwayFrame(*_close_body(body, "GOAWAY")),
+    FrameType.CLOSE: lambda _s, body, _f: CloseFrame(*_close_body(body, "CLOSE")),
 }

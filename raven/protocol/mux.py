@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_RECORD_PLAINTEXT_BYTES
+from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
@@ -48,7 +47,6 @@ from raven.protocol.frames import (
     DatagramFrame,
     EndFrame,
     Frame,
-    FrameType,
     GoAwayFrame,
     OpenFrame,
     OpenResultFrame,
@@ -58,14 +56,13 @@ from raven.protocol.frames import (
     RegisterResultFrame,
     ResetFrame,
     clean_reason,
-    encode_data_header,
     encode_frame,
-    encode_header,
     encode_register,
     encode_register_result,
     parse_frames,
 )
 from raven.protocol.limits import Limits
+from raven.protocol.scheduler import MAX_PAYLOAD_BYTES, Scheduler, TunnelStats
 from raven.protocol.streams import (
     RECEIVING_STATES,
     SENDING_STATES,
@@ -76,43 +73,12 @@ from raven.protocol.streams import (
 
 __all__ = ["MAX_PAYLOAD_BYTES", "Multiplexer", "TunnelStats"]
 
-#: Largest frames payload of one record.
-MAX_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
 #: Control bytes the peer may make us queue (PONGs, refusals) before it must read them.
 MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
-#: A DATA frame is not started in a payload with less room than this (unless it all fits).
-_MIN_DATA_CHUNK = 1024
 #: PINGs awaiting their PONG that we remember (for RTT).
 _MAX_PINGS_IN_FLIGHT = 4
 
 _I = StreamInput
-_END_HEADER = FrameType.END
-
-
-@dataclass(slots=True)
-class TunnelStats:
-    """Counters of one tunnel (a live object, updated in place; read it for metrics).
-
-    Bytes and records are wire-level (filled in by TunnelConnection from its
-    SecureChannel); frames are counted by type label (``data``, ``open``, ...).
-    """
-
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    records_sent: int = 0
-    records_received: int = 0
-    rekeys_sent: int = 0
-    rekeys_received: int = 0
-    frames_sent: dict[str, int] = field(default_factory=dict)
-    frames_received: dict[str, int] = field(default_factory=dict)
-    datagrams_sent: int = 0
-    datagrams_received: int = 0
-    #: by reason: ``oversize``, ``queue_full``, ``closed`` (ours), ``oversize_received``
-    datagrams_dropped: dict[str, int] = field(default_factory=dict)
-    #: streams that reached OPEN_SENT or were accepted
-    streams_opened: int = 0
-    #: resets sent or received, by StreamCode label
-    streams_reset: dict[str, int] = field(default_factory=dict)
 
 
 class Multiplexer:
@@ -128,12 +94,10 @@ class Multiplexer:
         self._streams: dict[int, Stream] = {}
         self._next_local_id = 1 if initiator else 2
         self._last_peer_id = 0
-        self._control: deque[bytes] = deque()
-        self._control_bytes = 0
-        self._datagrams: deque[bytes] = deque()
-        self._ready: deque[Stream] = deque()
-        self._quantum = max(1, min(limits.max_frame_payload_bytes, MAX_PAYLOAD_BYTES - 8))
-        self._quantum_left = self._quantum
+        self.stats = TunnelStats()
+        self._out = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
+        self._chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_PAYLOAD_BYTES - 8))
+        self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events: deque[Event] = deque()
         self._buffered = 0
         self._closed = False
@@ -146,7 +110,6 @@ class Multiplexer:
         self._ping_counter = 0
         self._rtt_s: float | None = None
         self._reg: tuple[list[str], list[str], list[tuple[str, str]]] = ([], [], [])
-        self.stats = TunnelStats()
 
     # ------------------------------------------------------------------ properties
 
@@ -175,7 +138,7 @@ class Multiplexer:
 
     @property
     def has_output(self) -> bool:
-        return bool(self._control or self._datagrams or self._ready)
+        return self._out.has_output
 
     def stream_state(self, stream_id: int) -> StreamState | None:
         stream = self._streams.get(stream_id)
@@ -298,9 +261,7 @@ class Multiplexer:
             stream.buffered = 0
 
     def _schedule(self, stream: Stream) -> None:
-        if not stream.scheduled:
-            stream.scheduled = True
-            self._ready.append(stream)
+        self._out.schedule(stream)
 
     # ------------------------------------------------------------------ datagrams, registration
 
@@ -308,11 +269,11 @@ class Multiplexer:
         """Queue one L3 packet; False (dropped, counted) when oversize, queue full or closed."""
         if self._closed:
             return self._drop("closed")
-        if not data or len(data) > self._limits.max_datagram_bytes:
+        if not data or len(data) > self._max_datagram:
             return self._drop("oversize")
-        if len(self._datagrams) >= self._limits.max_queued_datagrams:
+        if self._out.queued_datagrams >= self._limits.max_queued_datagrams:
             return self._drop("queue_full")
-        self._datagrams.append(bytes(data))
+        self._out.queue_datagram(bytes(data))
         return True
 
     def _drop(self, reason: str) -> bool:
@@ -328,7 +289,7 @@ class Multiplexer:
         nodes, prefixes = list(nodes), list(prefixes)
         if len(nodes) + len(prefixes) > self._limits.max_registration_entries:
             raise LocalProtocolError("registration exceeds max_registration_entries")
-        for frame in encode_register(nodes, prefixes, self._quantum):
+        for frame in encode_register(nodes, prefixes, self._chunk_bytes):
             self._queue_control(frame)
 
     def answer_registration(
@@ -341,7 +302,9 @@ class Multiplexer:
         self._check_open()
         if self._initiator:
             raise LocalProtocolError("only the responder (gateway) answers a registration")
-        frames = encode_register_result(accepted_nodes, accepted_prefixes, refused, self._quantum)
+        frames = encode_register_result(
+            accepted_nodes, accepted_prefixes, refused, self._chunk_bytes
+        )
         for frame in frames:
             self._queue_control(frame)
 
@@ -377,10 +340,7 @@ class Multiplexer:
             self._count_reset(StreamCode.TUNNEL_CLOSED)
         self._streams.clear()
         self._buffered = 0
-        self._control.clear()
-        self._control_bytes = 0
-        self._datagrams.clear()
-        self._ready.clear()
+        self._out.clear()
         self._events.append(ConnectionTerminated(code, reason, by_peer))
 
     def start_timers(self, now: float) -> None:
@@ -426,98 +386,22 @@ class Multiplexer:
     # ------------------------------------------------------------------ output
 
     def _queue_control(self, frame: bytes) -> None:
-        self._control.append(frame)
-        self._control_bytes += len(frame)
+        self._out.queue_control(frame)
 
     def _queue_peer_induced(self, frame: bytes) -> None:
-        if self._control_bytes > MAX_PEER_INDUCED_CONTROL_BYTES:
+        if self._out.control_bytes > MAX_PEER_INDUCED_CONTROL_BYTES:
             raise RemoteProtocolError(
                 "peer makes us queue too many control frames", CloseCode.LIMIT_EXCEEDED
             )
-        self._queue_control(frame)
+        self._out.queue_control(frame)
 
     def next_payload(self) -> bytes | None:
-        """The frames payload of the next record, or None when nothing is waiting."""
-        parts: list[bytes | memoryview] = []
-        room = MAX_PAYLOAD_BYTES
-        sent = self.stats.frames_sent
-        control = self._control
-        while control and len(control[0]) <= room:
-            frame = control.popleft()
-            parts.append(frame)
-            room -= len(frame)
-            self._control_bytes -= len(frame)
-            label = FrameType(frame[0]).label
-            sent[label] = sent.get(label, 0) + 1
-        if not control:
-            room = self._add_datagrams(parts, room)
-            if self._ready:
-                room = self._add_stream_data(parts, room)
-        if not parts:
-            return None
-        return b"".join(parts)
+        """The frames payload of the next record (at most MAX_PAYLOAD_BYTES), or None."""
+        return self._out.next_payload()
 
-    def _add_datagrams(self, parts: list[bytes | memoryview], room: int) -> int:
-        datagrams = self._datagrams
-        if not datagrams:
-            return room
-        floor = MAX_PAYLOAD_BYTES // 2 if self._ready else 0
-        count = 0
-        while datagrams and len(datagrams[0]) + FRAME_HEADER_BYTES <= room - floor:
-            data = datagrams.popleft()
-            parts.append(encode_header(FrameType.DATAGRAM, 0, 0, len(data)))
-            parts.append(data)
-            room -= len(data) + FRAME_HEADER_BYTES
-            count += 1
-        if count:
-            sent = self.stats.frames_sent
-            sent["datagram"] = sent.get("datagram", 0) + count
-            self.stats.datagrams_sent += count
-        return room
-
-    def _add_stream_data(self, parts: list[bytes | memoryview], room: int) -> int:
-        ready = self._ready
-        data_frames = 0
-        end_frames = 0
-        while ready:
-            stream = ready[0]
-            if not stream.has_output or stream.stream_id not in self._streams:
-                ready.popleft()
-                stream.scheduled = False
-                self._quantum_left = self._quantum
-                continue
-            if stream.queued_bytes:
-                space = room - FRAME_HEADER_BYTES
-                size = min(stream.queued_bytes, self._quantum_left, space)
-                if size <= 0 or (size < _MIN_DATA_CHUNK and size < stream.queued_bytes):
-                    break
-                parts.append(encode_data_header(stream.stream_id, size))
-                parts.extend(stream.take(size))
-                room -= size + FRAME_HEADER_BYTES
-                self._quantum_left -= size
-                data_frames += 1
-            if not stream.queued_bytes and stream.end_pending and not stream.end_sent:
-                if room < FRAME_HEADER_BYTES:
-                    break
-                parts.append(encode_header(_END_HEADER, 0, stream.stream_id, 0))
-                room -= FRAME_HEADER_BYTES
-                stream.end_sent = True
-                end_frames += 1
-                if stream.finished:
-                    self._finish(stream)
-            if not stream.has_output:
-                ready.popleft()
-                stream.scheduled = False
-                self._quantum_left = self._quantum
-            elif self._quantum_left <= 0:
-                ready.rotate(-1)
-                self._quantum_left = self._quantum
-        sent = self.stats.frames_sent
-        if data_frames:
-            sent["data"] = sent.get("data", 0) + data_frames
-        if end_frames:
-            sent["end"] = sent.get("end", 0) + end_frames
-        return room
+    def _on_end_sent(self, stream: Stream) -> None:
+        if stream.finished:
+            self._finish(stream)
 
     def _finish(self, stream: Stream) -> None:
         """A cleanly closed stream: both ENDs are through."""

@@ -37,4 +37,4 @@ def is_valid_node_name(name: str) -> bool:
     norm = normalize_node_name(name)
     if not norm or is_ip_literal(norm):
         return False
-    return all(_LABEL.match(label) for label in norm.split("."))
+    return all(_LABEL.fullmatch(label) for label in norm.split("."))

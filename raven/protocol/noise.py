@@ -157,6 +157,22 @@ class CipherState:
         self.n = n + 1
         return ciphertext
 
+    def encrypt_with_ad_into(
+        self, ad: bytes, plaintext: bytes | memoryview, buffer: memoryview
+    ) -> int:
+        """Like :meth:`encrypt_with_ad` but writes the ciphertext into ``buffer``
+        (exactly ``len(plaintext) + 16`` bytes, not overlapping ``plaintext``) and
+        returns its length: no allocation on the bulk path. Requires a key."""
+        aead = self._aead
+        if aead is None:
+            raise LocalProtocolError("encrypt_with_ad_into without a key")
+        n = self.n
+        if n >= MAX_NONCE:
+            raise LocalProtocolError("nonce exhausted: the key must be replaced")
+        aead.encrypt_into(_NONCE.pack(n), plaintext, ad, buffer)
+        self.n = n + 1
+        return len(buffer)
+
     def decrypt_with_ad(self, ad: bytes, ciphertext: bytes | memoryview) -> bytes:
         """Decrypt and increment ``n``; a failed check raises RemoteProtocolError
         (code AUTH_FAILED) and leaves ``n`` unchanged."""

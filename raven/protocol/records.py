@@ -33,6 +33,7 @@ from raven.protocol.noise import CipherState
 __all__ = [
     "MAX_RECORD_PAYLOAD_BYTES",
     "MIN_RECORD_BYTES",
+    "OutputBuffer",
     "RecordReceiver",
     "RecordSender",
     "RecordType",
@@ -45,8 +46,13 @@ MAX_RECORD_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
 MIN_RECORD_BYTES = 1 + TAG_BYTES
 
 _EMPTY = b""
-_FRAMES = b"\x00"
-_KEY_UPDATE = b"\x01"
+_SCRATCH_START_BYTES = 1024
+
+
+def _grown(scratch: memoryview, needed: int) -> memoryview:
+    """A bigger scratch buffer: at least ``needed`` bytes, doubling, capped at a record."""
+    size = min(max(needed, 2 * len(scratch)), MAX_RECORD_PLAINTEXT_BYTES + TAG_BYTES)
+    return memoryview(bytearray(size))
 
 
 class RecordType(enum.IntEnum):
@@ -56,8 +62,56 @@ class RecordType(enum.IntEnum):
     KEY_UPDATE = 0x01
 
 
-def _prefix(length: int) -> bytes:
-    return length.to_bytes(LENGTH_PREFIX_BYTES, "big")
+class OutputBuffer:
+    """Wire bytes waiting to be sent, in one reusable bytearray.
+
+    Sealing a record writes its ciphertext straight into the buffer (no
+    allocation per record); :meth:`take` copies the queued bytes out once per
+    batch. Capacity starts at ``initial_bytes`` (an idle tunnel costs little),
+    doubles as needed, is kept while it is at most ``keep_bytes`` (bulk traffic
+    reuses it) and shrinks back after a larger batch.
+    """
+
+    __slots__ = ("_buf", "_initial", "_keep", "_used")
+
+    def __init__(self, initial_bytes: int = 4096, keep_bytes: int = 1024 * 1024) -> None:
+        self._buf = bytearray(initial_bytes)
+        self._initial = initial_bytes
+        self._keep = keep_bytes
+        self._used = 0
+
+    def __len__(self) -> int:
+        return self._used
+
+    def reserve(self, size: int) -> memoryview:
+        """A writable view of the next ``size`` bytes, now counted as queued.
+        Release the view (``with``) before the next call."""
+        start = self._used
+        end = start + size
+        if end > len(self._buf):
+            self._buf += bytes(max(end - len(self._buf), len(self._buf)))
+        self._used = end
+        return memoryview(self._buf)[start:end]
+
+    def unreserve(self, size: int) -> None:
+        """Give back the last ``size`` reserved bytes (a seal that failed)."""
+        self._used -= size
+
+    def append(self, data: bytes) -> None:
+        with self.reserve(len(data)) as view:
+            view[:] = data
+
+    def take(self) -> bytes:
+        """All queued bytes (empty when none); the buffer is then empty."""
+        used = self._used
+        if not used:
+            return b""
+        with memoryview(self._buf) as view:
+            data = view[:used].tobytes()
+        self._used = 0
+        if len(self._buf) > self._keep:
+            self._buf = bytearray(self._initial)
+        return data
 
 
 class RecordSender:
@@ -69,6 +123,7 @@ class RecordSender:
         "_cipher",
         "_key_records",
         "_key_since",
+        "_plain",
         "records",
         "rekeys",
     )
@@ -83,37 +138,52 @@ class RecordSender:
         self._after_s = rekey_after_s
         self._key_records = 0  # records sealed under the current key
         self._key_since = now
+        # type byte + payload are assembled here, then encrypted into the output
+        # (grown on demand up to MAX_RECORD_PLAINTEXT_BYTES: idle tunnels stay small)
+        self._plain = memoryview(bytearray(_SCRATCH_START_BYTES))
         #: records sealed (key updates included) and keys rotated
         self.records = 0
         self.rekeys = 0
 
-    def seal(self, payload: bytes | memoryview, now: float, out: list[bytes]) -> int:
+    def seal(self, payload: bytes | memoryview, now: float, out: OutputBuffer) -> int:
         """Append the wire bytes of one FRAMES record (preceded by a KEY_UPDATE record
         when the key is due) to ``out``; return the number of bytes appended."""
-        if len(payload) > MAX_RECORD_PAYLOAD_BYTES:
+        size = len(payload)
+        if size > MAX_RECORD_PAYLOAD_BYTES:
             raise LocalProtocolError(
-                f"record payload of {len(payload)} bytes exceeds {MAX_RECORD_PAYLOAD_BYTES}"
+                f"record payload of {size} bytes exceeds {MAX_RECORD_PAYLOAD_BYTES}"
             )
         written = 0
         if self._key_records >= self._after_records or now - self._key_since >= self._after_s:
-            written = self._rekey(now, out)
-        ciphertext = self._cipher.encrypt_with_ad(_EMPTY, _FRAMES + payload)
-        out.append(_prefix(len(ciphertext)))
-        out.append(ciphertext)
+            written = self._seal_type(RecordType.KEY_UPDATE, b"", out)
+            self._cipher.rekey()
+            self._cipher.set_nonce(0)
+            self._key_records = 0
+            self._key_since = now
+            self.rekeys += 1
+        return written + self._seal_type(RecordType.FRAMES, payload, out)
+
+    def _seal_type(self, kind: int, payload: bytes | memoryview, out: OutputBuffer) -> int:
+        size = len(payload)
+        plain = self._plain
+        if size >= len(plain):
+            plain = self._plain = _grown(plain, size + 1)
+        plain[0] = kind
+        plain[1 : 1 + size] = payload
+        ciphertext_size = 1 + size + TAG_BYTES
+        with out.reserve(LENGTH_PREFIX_BYTES + ciphertext_size) as view:
+            view[0] = ciphertext_size >> 8
+            view[1] = ciphertext_size & 0xFF
+            try:
+                self._cipher.encrypt_with_ad_into(
+                    _EMPTY, plain[: 1 + size], view[LENGTH_PREFIX_BYTES:]
+                )
+            except BaseException:
+                out.unreserve(LENGTH_PREFIX_BYTES + ciphertext_size)
+                raise
         self._key_records += 1
         self.records += 1
-        return written + LENGTH_PREFIX_BYTES + len(ciphertext)
-
-    def _rekey(self, now: float, out: list[bytes]) -> int:
-        ciphertext = self._cipher.encrypt_with_ad(_EMPTY, _KEY_UPDATE)
-        out.append(_prefix(len(ciphertext)) + ciphertext)
-        self._cipher.rekey()
-        self._cipher.set_nonce(0)
-        self._key_records = 0
-        self._key_since = now
-        self.records += 1
-        self.rekeys += 1
-        return LENGTH_PREFIX_BYTES + len(ciphertext)
+        return LENGTH_PREFIX_BYTES + ciphertext_size
 
 
 class RecordReceiver:
@@ -125,7 +195,7 @@ class RecordReceiver:
         self._cipher = cipher
         # plaintext lands here first (decrypt_into), then one copy out: cheaper than
         # a fresh plaintext per record plus a slice without its type byte
-        self._scratch = memoryview(bytearray(MAX_RECORD_PLAINTEXT_BYTES))
+        self._scratch = memoryview(bytearray(_SCRATCH_START_BYTES))
         self.records = 0
         self.rekeys = 0
 
@@ -138,6 +208,8 @@ class RecordReceiver:
         if not MIN_RECORD_BYTES <= len(ciphertext) <= MAX_RECORD_PLAINTEXT_BYTES + TAG_BYTES:
             raise RemoteProtocolError(f"record of {len(ciphertext)} bytes has an invalid size")
         scratch = self._scratch
+        if len(ciphertext) > len(scratch):
+            scratch = self._scratch = _grown(scratch, len(ciphertext))
         try:
             size = self._cipher.decrypt_with_ad_into(_EMPTY, ciphertext, scratch)
         except RemoteProtocolError:

@@ -49,12 +49,13 @@ from raven.protocol.limits import Limits
 from raven.protocol.noise import public_key
 from raven.protocol.records import (
     MIN_RECORD_BYTES,
+    OutputBuffer,
     RecordReceiver,
     RecordSender,
     split_messages,
 )
 
-__all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
+__all__ = ["MAX_SEAL_PAYLOAD_BYTES", "ChannelState", "ChannelStats", "Role", "SecureChannel"]
 
 #: Largest frames payload :meth:`SecureChannel.seal` accepts.
 MAX_SEAL_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
@@ -145,8 +146,7 @@ class SecureChannel:
         self._receiver: RecordReceiver | None = None
         self._handshake_hash: bytes | None = None
         self._inbuf = bytearray()
-        self._out: list[bytes] = []
-        self._out_bytes = 0
+        self._out = OutputBuffer()
         self._received: list[bytes] = []
         self._now = now
         self.stats = ChannelStats()
@@ -204,24 +204,17 @@ class SecureChannel:
     @property
     def bytes_to_send(self) -> int:
         """Wire bytes queued and not yet taken by :meth:`data_to_send`."""
-        return self._out_bytes
+        return len(self._out)
 
     # -- output -----------------------------------------------------------------------------
 
     def _queue(self, chunk: bytes) -> None:
         self._out.append(chunk)
-        self._out_bytes += len(chunk)
         self.stats.bytes_sent += len(chunk)
 
     def data_to_send(self) -> bytes:
         """All queued wire bytes (empty when none)."""
-        out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._out_bytes = 0
-        return data
+        return self._out.take()
 
     def seal(self, payload: bytes, now: float) -> None:
         """Queue one record carrying ``payload`` (a frames payload of at most
@@ -231,7 +224,6 @@ class SecureChannel:
         if sender is None:
             raise LocalProtocolError("seal() before the handshake completed")
         written = sender.seal(payload, now, self._out)
-        self._out_bytes += written
         stats = self.stats
         stats.bytes_sent += written
         stats.records_sent = sender.records
@@ -317,8 +309,11 @@ class SecureChannel:
                     f"initiation of {length} bytes, expected {INITIATION_BYTES}", "malformed"
                 )
         elif length != RESPONSE_BYTES:
+            start = length.to_bytes(LENGTH_PREFIX_BYTES, "big")
             raise HandshakeRejected(
-                f"response of {length} bytes, expected {RESPONSE_BYTES}", "malformed"
+                f"response of {length} bytes, expected {RESPONSE_BYTES} (starts {start!r}: "
+                "is the gateway address really a Raven tunnel port?)",
+                "malformed",
             )
 
     def _on_message(self, message: memoryview) -> bool:

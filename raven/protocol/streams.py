@@ -95,6 +95,11 @@ TRANSITIONS: dict[tuple[StreamState, StreamInput], StreamState] = {
     (_S.HALF_CLOSED_REMOTE, _I.SEND_END): _S.CLOSED,
     (_S.HALF_CLOSED_REMOTE, _I.SEND_RESET): _S.CLOSED,
     (_S.HALF_CLOSED_REMOTE, _I.RECV_RESET): _S.CLOSED,
+    # closed, but our data and END may still be queued: the peer may still grant
+    # credit for them or reset, and we may still abort (the queue is dropped)
+    (_S.CLOSED, _I.RECV_CREDIT): _S.CLOSED,
+    (_S.CLOSED, _I.RECV_RESET): _S.CLOSED,
+    (_S.CLOSED, _I.SEND_RESET): _S.CLOSED,
 }
 
 #: States in which we may send DATA (and so have use for credit).

@@ -57,6 +57,9 @@ async def test_admin_endpoints_of_gateway_and_agent(tmp_path: Path) -> None:
             assert samples[("raven_tunnels_connected", (("agent", "site-a"),))] == 1
             assert samples[("raven_handshakes_total", (("result", "ok"),))] == 1
             assert samples[("raven_registrations_refused_total", (("agent", "site-a"),))] == 1
+            rx = (("agent", "site-a"), ("direction", "rx"))
+            assert samples[("raven_tunnel_bytes_total", rx)] > 0
+            assert samples[("raven_tunnel_frames_total", rx)] >= 1
             _, text = await get(s, f"{ag_url}/metrics")
             assert "raven_tunnels_connected{gateway=" in text
             assert "raven_agent_nodes_served 2.0" in text

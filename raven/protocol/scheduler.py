@@ -1,0 +1,180 @@
+"""The send side of the multiplexer: which frames go into the next record payload.
+
+Order inside a payload: control frames first (in the order queued; while any is
+left no data follows), then datagrams (the first always when it fits, more only
+while half the payload is left for waiting streams), then stream data by deficit round robin with a
+quantum of ``max_frame_payload_bytes``: one busy stream cannot starve the others,
+and a stream whose turn was cut by the end of a payload continues in the next.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_RECORD_PLAINTEXT_BYTES
+from raven.protocol.frames import FrameType, encode_data_header, encode_header
+from raven.protocol.streams import Stream
+
+__all__ = ["MAX_PAYLOAD_BYTES", "Scheduler", "TunnelStats"]
+
+#: Largest frames payload of one record (one plaintext byte is the record type).
+MAX_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
+#: A DATA frame is not started in a payload with less room than this (unless it all fits).
+_MIN_DATA_CHUNK = 1024
+_FRAME_LABELS = {int(t): t.label for t in FrameType}
+
+
+@dataclass(slots=True)
+class TunnelStats:
+    """Counters of one tunnel (a live object, updated in place; read it for metrics).
+
+    Bytes, records and rekeys are wire-level (TunnelConnection copies them from its
+    SecureChannel); frames are counted by type label (``data``, ``open``, ...).
+    """
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    records_sent: int = 0
+    records_received: int = 0
+    rekeys_sent: int = 0
+    rekeys_received: int = 0
+    frames_sent: dict[str, int] = field(default_factory=dict)
+    frames_received: dict[str, int] = field(default_factory=dict)
+    datagrams_sent: int = 0
+    datagrams_received: int = 0
+    #: by reason: ``oversize``, ``queue_full``, ``closed`` (ours), ``oversize_received``
+    datagrams_dropped: dict[str, int] = field(default_factory=dict)
+    #: streams we opened or accepted
+    streams_opened: int = 0
+    #: resets sent or received, by StreamCode label
+    streams_reset: dict[str, int] = field(default_factory=dict)
+
+
+class Scheduler:
+    """Queues of control frames, datagrams and streams with data; builds payloads.
+
+    ``on_end_sent(stream)`` is called when a stream's END frame went into a payload.
+    """
+
+    def __init__(
+        self, quantum: int, stats: TunnelStats, on_end_sent: Callable[[Stream], None]
+    ) -> None:
+        self._quantum = max(1, min(quantum, MAX_PAYLOAD_BYTES - FRAME_HEADER_BYTES))
+        self._quantum_left = self._quantum
+        self._stats = stats
+        self._on_end_sent = on_end_sent
+        self._control: deque[bytes] = deque()
+        #: encoded control bytes queued and not yet put into a payload
+        self.control_bytes = 0
+        self._datagrams: deque[bytes] = deque()
+        self._ready: deque[Stream] = deque()
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._control or self._datagrams or self._ready)
+
+    @property
+    def queued_datagrams(self) -> int:
+        return len(self._datagrams)
+
+    def queue_control(self, frame: bytes) -> None:
+        self._control.append(frame)
+        self.control_bytes += len(frame)
+
+    def queue_datagram(self, data: bytes) -> None:
+        self._datagrams.append(data)
+
+    def schedule(self, stream: Stream) -> None:
+        """The stream has data or an END to send: put it in the ring (once)."""
+        if not stream.scheduled:
+            stream.scheduled = True
+            self._ready.append(stream)
+
+    def clear(self) -> None:
+        self._control.clear()
+        self.control_bytes = 0
+        self._datagrams.clear()
+        for stream in self._ready:
+            stream.scheduled = False
+        self._ready.clear()
+
+    def next_payload(self) -> bytes | None:
+        """The frames payload of the next record, or None when nothing is waiting."""
+        parts: list[bytes | memoryview] = []
+        room = MAX_PAYLOAD_BYTES
+        sent = self._stats.frames_sent
+        control = self._control
+        while control and len(control[0]) <= room:
+            frame = control.popleft()
+            parts.append(frame)
+            room -= len(frame)
+            self.control_bytes -= len(frame)
+            label = _FRAME_LABELS[frame[0]]
+            sent[label] = sent.get(label, 0) + 1
+        if not control:
+            if self._datagrams:
+                room = self._add_datagrams(parts, room)
+            if self._ready:
+                self._add_stream_data(parts, room)
+        if not parts:
+            return None
+        return b"".join(parts)
+
+    def _add_datagrams(self, parts: list[bytes | memoryview], room: int) -> int:
+        datagrams = self._datagrams
+        floor = MAX_PAYLOAD_BYTES // 2 if self._ready else 0
+        count = 0
+        while datagrams:
+            size = len(datagrams[0]) + FRAME_HEADER_BYTES
+            if size > room or (count and size > room - floor):
+                break  # the first always goes when it fits; then half is kept for streams
+            data = datagrams.popleft()
+            parts.append(encode_header(FrameType.DATAGRAM, 0, 0, len(data)))
+            parts.append(data)
+            room -= len(data) + FRAME_HEADER_BYTES
+            count += 1
+        if count:
+            sent = self._stats.frames_sent
+            sent["datagram"] = sent.get("datagram", 0) + count
+            self._stats.datagrams_sent += count
+        return room
+
+    def _add_stream_data(self, parts: list[bytes | memoryview], room: int) -> int:
+        ready = self._ready
+        data_frames = end_frames = 0
+        while ready:
+            stream = ready[0]
+            if stream.queued_bytes:
+                space = room - FRAME_HEADER_BYTES
+                want = min(stream.queued_bytes, self._quantum_left)
+                if space < want and space < _MIN_DATA_CHUNK:
+                    break  # not worth a frame: the next payload continues here
+                size = min(want, space)
+                parts.append(encode_data_header(stream.stream_id, size))
+                parts.extend(stream.take(size))
+                room -= size + FRAME_HEADER_BYTES
+                self._quantum_left -= size
+                data_frames += 1
+            if not stream.queued_bytes and stream.end_pending and not stream.end_sent:
+                if room < FRAME_HEADER_BYTES:
+                    break
+                parts.append(encode_header(FrameType.END, 0, stream.stream_id, 0))
+                room -= FRAME_HEADER_BYTES
+                stream.end_sent = True
+                end_frames += 1
+                self._on_end_sent(stream)
+            if not stream.has_output:  # done (or reset meanwhile): leave the ring
+                ready.popleft()
+                stream.scheduled = False
+                self._quantum_left = self._quantum
+            elif self._quantum_left <= 0:
+                ready.rotate(-1)
+                self._quantum_left = self._quantum
+        sent = self._stats.frames_sent
+        if data_frames:
+            sent["data"] = sent.get("data", 0) + data_frames
+        if end_frames:
+            sent["end"] = sent.get("end", 0) + end_frames
+        return room

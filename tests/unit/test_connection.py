@@ -1,0 +1,384 @@
+"""TunnelConnection: two of them back to back, handshake to close, with a hand-driven clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.connection import HANDSHAKE_TIMEOUT_REASON, Role, TunnelConnection
+from raven.protocol.constants import MAGIC
+from raven.protocol.errors import LocalProtocolError
+from raven.protocol.events import (
+    ConnectionTerminated,
+    DatagramReceived,
+    Event,
+    HandshakeCompleted,
+    PongReceived,
+    RegistrationAnswered,
+    RegistrationReceived,
+    StreamAccepted,
+    StreamDataReceived,
+    StreamOpened,
+    StreamReset,
+)
+from raven.protocol.handshake import ReplayGuard
+from raven.protocol.limits import Limits
+from raven.protocol.noise import generate_keypair
+
+T0_NS = 1_790_000_000 * 10**9
+AGENT_PRIV, AGENT_PUB = generate_keypair()
+GW_PRIV, GW_PUB = generate_keypair()
+LIMITS = Limits(stream_window_bytes=256 * 1024)
+
+
+def make_agent(
+    limits: Limits = LIMITS,
+    now: float = 0.0,
+    gateway_pub: bytes = GW_PUB,
+    wall_time_ns: int = T0_NS,
+) -> TunnelConnection:
+    return TunnelConnection(
+        role=Role.INITIATOR,
+        static_private=AGENT_PRIV,
+        limits=limits,
+        now=now,
+        remote_static=gateway_pub,
+        wall_time_ns=wall_time_ns,
+    )
+
+
+def make_gateway(
+    limits: Limits = LIMITS, now: float = 0.0, replay_guard: ReplayGuard | None = None
+) -> TunnelConnection:
+    return TunnelConnection(
+        role=Role.RESPONDER,
+        static_private=GW_PRIV,
+        limits=limits,
+        now=now,
+        authorize=lambda key: key == AGENT_PUB,
+        replay_guard=replay_guard,
+    )
+
+
+def events(conn: TunnelConnection) -> list[Event]:
+    out: list[Event] = []
+    while (event := conn.next_event()) is not None:
+        out.append(event)
+    return out
+
+
+def pump(a: TunnelConnection, b: TunnelConnection, now: float = 0.0) -> None:
+    for _ in range(10_000):
+        x = a.data_to_send()
+        y = b.data_to_send()
+        if not x and not y:
+            return
+        if x:
+            b.receive_data(x, now)
+        if y:
+            a.receive_data(y, now)
+    raise AssertionError("pump did not settle")
+
+
+def connected(limits: Limits = LIMITS) -> tuple[TunnelConnection, TunnelConnection]:
+    agent, gateway = make_agent(limits), make_gateway(limits)
+    pump(agent, gateway)
+    assert events(agent) == [HandshakeCompleted(GW_PUB)]
+    assert events(gateway) == [HandshakeCompleted(AGENT_PUB)]
+    return agent, gateway
+
+
+def open_stream(agent: TunnelConnection, gateway: TunnelConnection) -> int:
+    sid = gateway.open_stream("edge-gpu-1", 9400)
+    pump(agent, gateway)
+    assert events(agent) == [StreamOpened(sid, "edge-gpu-1", 9400)]
+    agent.accept_stream(sid)
+    pump(agent, gateway)
+    assert events(gateway)[0] == StreamAccepted(sid)
+    return sid
+
+
+def read_all(conn: TunnelConnection, sid: int) -> bytes:
+    data = b"".join(
+        e.data for e in events(conn) if isinstance(e, StreamDataReceived) and e.stream_id == sid
+    )
+    conn.consume_stream_data(sid, len(data))
+    return data
+
+
+def test_handshake_then_streams_and_datagrams() -> None:
+    agent, gateway = connected()
+    assert agent.handshake_complete and gateway.handshake_complete
+    assert gateway.remote_static == AGENT_PUB
+    sid = open_stream(agent, gateway)
+    gateway.send_stream_data(sid, b"GET /metrics HTTP/1.1\r\nHost: edge-gpu-1:9400\r\n\r\n")
+    pump(agent, gateway)
+    assert read_all(agent, sid).startswith(b"GET /metrics")
+    body = b"# HELP x\n" * 50_000  # more than one window: credit must flow back
+    sent = 0
+    got = b""
+    while len(got) < len(body):
+        room = min(agent.send_capacity(sid), len(body) - sent)
+        if room:
+            agent.send_stream_data(sid, body[sent : sent + room])
+            sent += room
+        pump(agent, gateway)
+        got += read_all(gateway, sid)
+    assert got == body
+    assert agent.send_datagram(b"\x45" + bytes(59))
+    pump(agent, gateway)
+    assert events(gateway) == [DatagramReceived(b"\x45" + bytes(59))]
+    stats = agent.stats
+    assert stats.bytes_sent > len(body) and stats.records_sent >= 7
+    assert stats.frames_sent["data"] >= 1 and gateway.stats.frames_received["data"] >= 1
+    assert gateway.stats.bytes_received == stats.bytes_sent
+
+
+def test_registration_through_the_tunnel() -> None:
+    agent, gateway = connected()
+    agent.register(["edge-gpu-1", "edge-gpu-2"], ["10.20.0.0/16"])
+    pump(agent, gateway)
+    assert events(gateway) == [
+        RegistrationReceived(("edge-gpu-1", "edge-gpu-2"), ("10.20.0.0/16",))
+    ]
+    gateway.answer_registration(["edge-gpu-1"], [], [("edge-gpu-2", "not authorised")])
+    gateway.answer_registration(["edge-gpu-1"], [], [("10.20.0.0/16", "not authorised")])
+    pump(agent, gateway)
+    assert events(agent)[0] == RegistrationAnswered(
+        ("edge-gpu-1",), (), (("edge-gpu-2", "not authorised"),)
+    )
+
+
+def test_data_to_send_respects_max_bytes() -> None:
+    agent, gateway = connected(replace(LIMITS, stream_window_bytes=1024 * 1024))
+    sid = open_stream(agent, gateway)
+    gateway.send_stream_data(sid, bytes(1024 * 1024))
+    chunk = gateway.data_to_send(max_bytes=100_000)
+    assert 100_000 <= len(chunk) < 100_000 + 2 * 65_600
+    assert gateway.has_data_to_send
+    agent.receive_data(chunk + gateway.data_to_send(), 0.0)
+    assert len(read_all(agent, sid)) == 1024 * 1024
+    assert not gateway.has_data_to_send
+
+
+def test_rekey_through_the_connection() -> None:
+    agent, gateway = connected(replace(LIMITS, rekey_after_records=5))
+    sid = open_stream(agent, gateway)
+    payload = bytes(range(256)) * 200
+    total = b""
+    for _ in range(40):
+        gateway.send_stream_data(sid, payload[: gateway.send_capacity(sid)])
+        pump(agent, gateway)
+        total += read_all(agent, sid)
+    assert gateway.stats.rekeys_sent >= 5 and agent.stats.rekeys_received >= 5
+    assert total == (payload * 40)[: len(total)] and len(total) > 40 * 5000
+
+
+def test_unknown_agent_key_is_rejected_without_raising() -> None:
+    agent = TunnelConnection(
+        role=Role.INITIATOR,
+        static_private=generate_keypair()[0],
+        limits=LIMITS,
+        now=0.0,
+        remote_static=GW_PUB,
+        wall_time_ns=T0_NS,
+    )
+    gateway = make_gateway()
+    gateway.receive_data(agent.data_to_send(), 0.0)
+    assert events(gateway) == [ConnectionTerminated(CloseCode.AUTH_FAILED, "unknown_key", False)]
+    assert gateway.closed and gateway.data_to_send() == b"" and gateway.get_timer() is None
+    gateway.receive_data(b"more garbage", 0.0)  # ignored, never raises
+    assert events(gateway) == []
+
+
+def test_replayed_initiation_is_rejected() -> None:
+    guard = ReplayGuard()
+    agent = make_agent()
+    first = agent.data_to_send()
+    gateway = make_gateway(replay_guard=guard)
+    gateway.receive_data(first, 0.0)
+    assert events(gateway) == [HandshakeCompleted(AGENT_PUB)]
+    again = make_gateway(replay_guard=guard)
+    again.receive_data(first, 0.0)
+    assert events(again) == [ConnectionTerminated(CloseCode.AUTH_FAILED, "replay", False)]
+
+
+def test_wrong_gateway_key_fails_the_handshake() -> None:
+    agent = make_agent(gateway_pub=generate_keypair()[1])
+    gateway = make_gateway()
+    pump(agent, gateway)
+    [terminated] = events(gateway)
+    assert isinstance(terminated, ConnectionTerminated) and terminated.code is CloseCode.AUTH_FAILED
+    assert not agent.handshake_complete
+
+
+def test_handshake_timeout() -> None:
+    gateway = make_gateway(now=10.0)
+    assert gateway.get_timer() == 10.0 + LIMITS.handshake_timeout_s
+    gateway.handle_timer(12.0)
+    assert events(gateway) == []
+    gateway.handle_timer(10.0 + LIMITS.handshake_timeout_s)
+    assert events(gateway) == [
+        ConnectionTerminated(CloseCode.AUTH_FAILED, HANDSHAKE_TIMEOUT_REASON, False)
+    ]
+
+
+def test_garbage_record_closes_with_a_close_frame() -> None:
+    agent, gateway = connected()
+    sid = open_stream(agent, gateway)
+    gateway.send_datagram(b"\x45hello")
+    wire = bytearray(gateway.data_to_send())
+    wire[-1] ^= 1  # break the tag
+    agent.receive_data(bytes(wire), 1.0)
+    reset, terminated = events(agent)
+    assert isinstance(reset, StreamReset) and isinstance(terminated, ConnectionTerminated)
+    assert (reset.stream_id, reset.code, reset.by_peer) == (sid, StreamCode.TUNNEL_CLOSED, False)
+    assert terminated.code is CloseCode.AUTH_FAILED and not terminated.by_peer
+    gateway.receive_data(agent.data_to_send(), 1.0)  # the CLOSE record
+    *resets, closed = events(gateway)
+    assert resets == [StreamReset(sid, StreamCode.TUNNEL_CLOSED, terminated.reason, False)]
+    assert closed == ConnectionTerminated(CloseCode.AUTH_FAILED, terminated.reason, True)
+    assert gateway.closed and agent.closed
+
+
+def test_protocol_error_in_frames_closes_cleanly() -> None:
+    agent, gateway = connected()
+    gateway._channel.seal(
+        bytes([0xEE]) + bytes(7), 0.0
+    )  # a frame type nobody knows, sealed properly
+    agent.receive_data(gateway.data_to_send(), 0.0)
+    [terminated] = events(agent)
+    assert terminated == ConnectionTerminated(
+        CloseCode.PROTOCOL_ERROR, "unknown frame type 238", False
+    )
+    gateway.receive_data(agent.data_to_send(), 0.0)
+    assert events(gateway) == [
+        ConnectionTerminated(CloseCode.PROTOCOL_ERROR, "unknown frame type 238", True)
+    ]
+
+
+@pytest.mark.parametrize("silent", ["agent", "gateway"])
+def test_keepalive_and_dead_peer_on_both_sides(silent: str) -> None:
+    agent, gateway = connected()
+    sid = open_stream(agent, gateway)
+    now = 0.0
+    # both alive: pings flow, RTT is measured, nobody dies
+    for _ in range(10):
+        now += LIMITS.keepalive_interval_s
+        agent.handle_timer(now)
+        gateway.handle_timer(now)
+        pump(agent, gateway, now)
+    assert any(isinstance(e, PongReceived) for e in events(agent))
+    assert agent.rtt_s == 0.0 and not agent.closed and not gateway.closed
+    # now one side goes silent: the other declares it dead within dead_peer_timeout_s
+    live = gateway if silent == "agent" else agent
+    start = now
+    while not live.closed:
+        timer = live.get_timer()
+        assert timer is not None
+        now = timer
+        live.handle_timer(now)
+        live.data_to_send()  # written into the void
+    assert now - start <= LIMITS.dead_peer_timeout_s
+    reset, terminated = [e for e in events(live) if not isinstance(e, PongReceived)]
+    assert isinstance(terminated, ConnectionTerminated)
+    assert terminated.code is CloseCode.KEEPALIVE_TIMEOUT
+    assert reset == StreamReset(sid, StreamCode.TUNNEL_CLOSED, terminated.reason, False)
+
+
+def test_drain_through_the_connection() -> None:
+    agent, gateway = connected()
+    sid = open_stream(agent, gateway)
+    gateway.go_away(CloseCode.DRAINED, "rolling update")
+    assert gateway.draining
+    pump(agent, gateway)
+    assert agent.draining
+    with pytest.raises(LocalProtocolError):
+        agent.open_stream("gw", 1)
+    agent.send_stream_data(sid, b"tail")
+    agent.end_stream(sid)
+    gateway.end_stream(sid)
+    pump(agent, gateway)
+    assert read_all(gateway, sid) == b"tail"
+    assert gateway.open_streams == 0
+    gateway.close(CloseCode.DRAINED, "done")
+    pump(agent, gateway)
+    assert events(agent)[-1] == ConnectionTerminated(CloseCode.DRAINED, "done", True)
+
+
+def test_streams_queued_before_the_handshake_go_out_after_it() -> None:
+    agent, gateway = make_agent(), make_gateway()
+    sid = agent.open_stream("gateway", 10264)
+    assert agent.send_datagram(b"\x45early")
+    assert gateway.get_timer() == LIMITS.handshake_timeout_s
+    pump(agent, gateway)
+    evs = events(gateway)
+    assert evs == [
+        HandshakeCompleted(AGENT_PUB),
+        StreamOpened(sid, "gateway", 10264),
+        DatagramReceived(b"\x45early"),
+    ]
+    assert gateway.get_timer() == LIMITS.keepalive_interval_s
+
+
+def _session() -> tuple[TunnelConnection, bytes]:
+    """An agent that sent its initiation, and the gateway's wire bytes of a short session."""
+    agent, gateway = make_agent(), make_gateway()
+    gateway.receive_data(agent.data_to_send(), 0.0)
+    gateway.open_stream("edge-gpu-1", 80)
+    gateway.send_datagram(b"\x45abc")
+    gateway.answer_registration(["edge-gpu-1"], [], [("edge-gpu-2", "not authorised")])
+    gateway.go_away(CloseCode.DRAINED, "bye")
+    return agent, gateway.data_to_send()
+
+
+def test_one_byte_at_a_time() -> None:
+    agent, wire = _session()
+    agent.receive_data(wire, 0.0)
+    expected = events(agent)
+    assert [type(e).__name__ for e in expected] == [
+        "HandshakeCompleted",
+        "StreamOpened",
+        "RegistrationAnswered",
+        "GoAwayReceived",
+        "DatagramReceived",  # control frames go first
+    ]
+    agent, wire = _session()
+    for i in range(len(wire)):
+        agent.receive_data(wire[i : i + 1], 0.0)
+    assert events(agent) == expected
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=400), st.integers(1, 50), st.booleans())
+def test_fuzz_gateway_receive_data_never_raises(data: bytes, step: int, magic: bool) -> None:
+    gateway = make_gateway()
+    if magic:
+        data = MAGIC + data
+    for i in range(0, len(data), step):
+        gateway.receive_data(data[i : i + step], 0.0)
+    for event in events(gateway):
+        assert isinstance(event, ConnectionTerminated)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_agent_receive_data_never_raises(data: st.DataObject) -> None:
+    agent, wire = _session()
+    mutated = bytearray(wire)
+    for _ in range(data.draw(st.integers(0, 3))):
+        pos = data.draw(st.integers(0, len(mutated) - 1))
+        mutated[pos] = data.draw(st.integers(0, 255))
+    mutated += data.draw(st.binary(max_size=100))
+    step = data.draw(st.integers(1, 200))
+    for i in range(0, len(mutated), step):
+        agent.receive_data(bytes(mutated[i : i + step]), 0.0)
+    evs = events(agent)
+    if mutated == wire:
+        assert not agent.closed
+    terminated = [e for e in evs if isinstance(e, ConnectionTerminated)]
+    assert len(terminated) <= 1
