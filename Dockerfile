@@ -1,0 +1,36 @@
+# syntax=docker/dockerfile:1
+# One image for every Raven process: `raven gateway`, `raven agent`, `raven coredns-hosts`,
+# `raven gpu-exporter`, `raven keygen`. Build: docker build -t raven:dev .
+#
+# Stage 1 builds a wheel-installed virtual environment; stage 2 copies only that venv into a
+# slim runtime image that runs as an unprivileged user (uid/gid 10001).
+
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/raven
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY raven/ raven/
+COPY cloud_gateway/ cloud_gateway/
+COPY edge_agent/ edge_agent/
+COPY coredns-hosts/ coredns-hosts/
+RUN /opt/raven/bin/pip install --upgrade pip && /opt/raven/bin/pip install .
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="raven" \
+      org.opencontainers.image.description="Edge tunnel gateway and Prometheus scrape proxy" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PATH=/opt/raven/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+RUN groupadd --gid 10001 raven \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin raven
+COPY --from=build /opt/raven /opt/raven
+# tunnel, TLS (SNI) proxy, HTTP proxy, gateway admin, agent admin, hosts admin, GPU exporter
+EXPOSE 10262 10263 10264 10265 10266 10267 9400
+USER 10001:10001
+ENTRYPOINT ["raven"]
+CMD ["--help"]

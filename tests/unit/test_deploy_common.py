@@ -1,0 +1,328 @@
+"""Helpers shared by the deployment tests (kustomize, Helm), and tests of the helpers themselves.
+
+- :func:`validate_object`: a Kubernetes object against the official JSON schemas shipped by
+  `kubernetes-validate` (strict: unknown fields are errors). ServiceMonitor is a CRD whose schema
+  is not in that package; it is checked against :data:`SERVICE_MONITOR_SCHEMA`, a subset of the
+  prometheus-operator CRD schema covering the fields we use.
+- :func:`strategic_merge`: the part of Kubernetes' strategic merge patch that our patches use
+  (maps merge; lists of containers/volumes/... merge on their patch merge key; other lists are
+  replaced). Anything else is not implemented.
+- :func:`check_workloads`: the security, probe and resource rules every Raven workload follows.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from raven import keys
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Kubernetes version the manifests are validated against (kubernetes-validate's schemas).
+K8S_VERSION = "1.30.0"
+
+#: Patch merge keys of the lists our patches touch (from the Kubernetes API's
+#: x-kubernetes-patch-merge-key); other lists are replaced, as strategic merge does.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "env": "name",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+}
+
+SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": {
+            "type": "object",
+            "required": ["name", "namespace"],
+            "properties": {
+                "name": {"type": "string"},
+                "namespace": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["selector", "endpoints"],
+            "additionalProperties": False,
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "properties": {
+                        "matchLabels": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        }
+                    },
+                    "additionalProperties": False,
+                },
+                "namespaceSelector": {"type": "object"},
+                "jobLabel": {"type": "string"},
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["port"],
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "scheme": {"enum": ["http", "https"]},
+                            "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                            "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+#: What the API server's validation adds to the JSON schemas (which do not encode it):
+#: port names are IANA service names, object names DNS-1123 (subdomains; labels for Services).
+_PORT_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def validate_object(obj: dict[str, Any]) -> None:
+    """Raise if ``obj`` is not a valid Kubernetes object of its kind."""
+    if obj.get("kind") == "ServiceMonitor":
+        jsonschema.validate(obj, SERVICE_MONITOR_SCHEMA)
+    else:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    _api_server_rules(obj)
+
+
+def _api_server_rules(obj: dict[str, Any]) -> None:
+    name = obj["metadata"]["name"]
+    pattern = _DNS_LABEL if obj["kind"] in {"Service", "Namespace"} else _DNS_SUBDOMAIN
+    assert pattern.match(name), f"{obj['kind']} name {name!r} is not a valid DNS name"
+    ports: list[dict[str, Any]] = []
+    if obj["kind"] == "Service":
+        ports = obj["spec"].get("ports", [])
+    elif obj["kind"] in {"Deployment", "DaemonSet", "StatefulSet"}:
+        spec = obj["spec"]["template"]["spec"]
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            ports += c.get("ports", [])
+            assert _DNS_LABEL.match(c["name"]), f"container name {c['name']!r}"
+    for p in ports:
+        if "name" in p:
+            assert _PORT_NAME.match(p["name"]), f"{name}: port name {p['name']!r} is invalid"
+
+
+def strategic_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``patch`` to a copy of ``base`` (the subset of strategic merge described above)."""
+    out = copy.deepcopy(base)
+    _merge_into(out, patch)
+    return out
+
+
+def _merge_into(base: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if key.startswith("$"):
+            raise NotImplementedError(f"strategic merge directive {key} is not supported here")
+        current = base.get(key)
+        if value is None:
+            base.pop(key, None)
+        elif isinstance(value, dict) and isinstance(current, dict):
+            _merge_into(current, value)
+        elif isinstance(value, list) and isinstance(current, list) and key in MERGE_KEYS:
+            merge_key = MERGE_KEYS[key]
+            by_key = {item[merge_key]: item for item in current}
+            for item in value:
+                if item[merge_key] in by_key:
+                    _merge_into(by_key[item[merge_key]], item)
+                else:
+                    current.append(copy.deepcopy(item))
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return spec
+
+
+def workloads(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] in {"Deployment", "DaemonSet", "StatefulSet"}]
+
+
+def find(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    matches = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found"
+    return matches[0]
+
+
+def container(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod_spec(obj)["containers"] if c["name"] == name)
+
+
+def is_l3_container(c: dict[str, Any]) -> bool:
+    return "NET_ADMIN" in c.get("securityContext", {}).get("capabilities", {}).get("add", [])
+
+
+def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
+    """Security contexts, probes, resources and key handling of every workload."""
+    for w in workloads(objs):
+        name = w["metadata"]["name"]
+        spec = pod_spec(w)
+        pod_sc = spec.get("securityContext", {})
+        assert pod_sc.get("runAsNonRoot") is True, name
+        assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", name
+        assert "fsGroup" not in pod_sc, f"{name}: fsGroup makes key files group-readable"
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            sc = c["securityContext"]
+            where = f"{name}/{c['name']}"
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            res = c["resources"]
+            assert res["requests"]["cpu"] and res["requests"]["memory"], where
+            assert res["limits"]["memory"], where
+            added = set(sc["capabilities"].get("add", []))
+            if c in spec.get("initContainers", []):
+                assert added == {"CHOWN"} and c["name"] == "key-permissions", where
+                continue
+            assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", where
+            assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", where
+            if is_l3_container(c):
+                assert l3, f"{where}: NET_ADMIN outside the L3 variant"
+                assert added == {"NET_ADMIN"}, where
+                mounts = {m["mountPath"] for m in c["volumeMounts"]}
+                assert "/dev/net/tun" in mounts, where
+                tun = next(v for v in spec["volumes"] if v["name"] == "dev-net-tun")
+                assert tun["hostPath"] == {"path": "/dev/net/tun", "type": "CharDevice"}
+            else:
+                assert not added, f"{where}: L7 needs no capability"
+                assert sc.get("runAsUser", 10001) != 0, where
+        for v in spec.get("volumes", []):
+            if "secret" in v:
+                assert v["secret"]["defaultMode"] == 0o400, f"{name}: secret {v['name']}"
+            if "hostPath" in v:
+                assert l3 and v["name"] == "dev-net-tun", f"{name}: hostPath {v['name']}"
+        if spec.get("initContainers"):
+            check_key_copy(w)
+
+
+def check_key_copy(w: dict[str, Any]) -> None:
+    """The init container copies the Secret's key to a memory emptyDir, 0600, owned by the app."""
+    spec = pod_spec(w)
+    init = spec["initContainers"][0]
+    script = " ".join(init["args"])
+    app = spec["containers"][0]
+    uid = spec["securityContext"]["runAsUser"]
+    assert "chmod 0600" in script and f"chown {uid}:{uid}" in script
+    keys_vol = next(v for v in spec["volumes"] if v["name"] == "keys")
+    assert keys_vol["emptyDir"]["medium"] == "Memory"
+    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    app_mounts = {m["name"]: m["mountPath"] for m in app["volumeMounts"]}
+    assert init_mounts["keys"] == app_mounts["keys"]
+    assert "key-secret" not in app_mounts, "the app must read the 0600 copy, not the Secret"
+    assert f"cp {init_mounts['key-secret']}/private.key {init_mounts['keys']}/private.key" in script
+
+
+def fill_placeholders(text: str, values: dict[str, str]) -> str:
+    for placeholder, value in values.items():
+        text = text.replace(placeholder, value)
+    assert "REPLACE_WITH_" not in text, "a placeholder has no test value"
+    return text
+
+
+def placeholder_keys() -> dict[str, str]:
+    """Fresh public keys for every REPLACE_WITH_* placeholder of the manifests."""
+    return {
+        f"REPLACE_WITH_{name}_PUBLIC_KEY": keys.encode_key(
+            keys.public_key(keys.generate_private_key())
+        )
+        for name in ("GATEWAY", "SITE_A", "SITE_B")
+    }
+
+
+def kubectl() -> str | None:
+    """A kubectl with built-in kustomize, when this machine has one (used for cross-checks)."""
+    path = shutil.which("kubectl")
+    if path is None:
+        return None
+    try:
+        subprocess.run([path, "kustomize", "--help"], capture_output=True, check=True, timeout=30)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return path
+
+
+# --- tests of the helpers -------------------------------------------------------------------
+
+
+def test_strategic_merge_merges_named_lists_and_replaces_others() -> None:
+    base = {
+        "spec": {
+            "containers": [{"name": "a", "image": "x", "args": ["1", "2"]}, {"name": "b"}],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "nodeSelector": {"k": "v"},
+        }
+    }
+    patch = {
+        "spec": {
+            "containers": [{"name": "a", "args": ["3"]}, {"name": "c", "image": "y"}],
+            "volumes": [{"name": "w", "hostPath": {"path": "/p"}}],
+            "nodeSelector": {"site": "s"},
+        }
+    }
+    out = strategic_merge(base, patch)
+    names = [c["name"] for c in out["spec"]["containers"]]
+    assert names == ["a", "b", "c"]
+    assert out["spec"]["containers"][0] == {"name": "a", "image": "x", "args": ["3"]}
+    assert [v["name"] for v in out["spec"]["volumes"]] == ["v", "w"]
+    assert out["spec"]["nodeSelector"] == {"k": "v", "site": "s"}
+    assert base["spec"]["containers"][0]["args"] == ["1", "2"]  # the input is not modified
+    with pytest.raises(NotImplementedError):
+        strategic_merge(base, {"spec": {"$patch": "delete"}})
+
+
+def test_validator_rejects_invalid_objects() -> None:
+    good = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s", "namespace": "n"},
+        "spec": {"ports": [{"port": 80}]},
+    }
+    validate_object(good)
+    bad = copy.deepcopy(good)
+    bad["spec"]["ports"][0]["port"] = "eighty"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_object(bad)
+    typo = copy.deepcopy(good)
+    typo["spec"]["prots"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_object(typo)
+    long_port_name = copy.deepcopy(good)
+    long_port_name["spec"]["ports"][0]["name"] = "kubelet-readonly"  # 16 > 15 characters
+    with pytest.raises(AssertionError, match="port name"):
+        validate_object(long_port_name)
+    sm = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "m", "namespace": "n"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "endpoints": [{"port": 10265}]},
+    }
+    with pytest.raises(jsonschema.ValidationError):
+        validate_object(sm)
