@@ -69,7 +69,7 @@ class ProcessSample:
 class GpuSample:
     info: GpuInfo
     values: dict[str, float]
-    """DCGM field name -> value, in the counter table's unit; a field it could not read is absent."""
+    """DCGM field name -> value in the counter table's unit; unreadable fields are absent."""
     processes: tuple[ProcessSample, ...] = ()
     pod: PodRef | None = None
     """The container the GPU is allocated to (kubelet pod-resources), if known."""

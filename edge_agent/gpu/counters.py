@@ -123,10 +123,10 @@ FIELDS: dict[str, FieldSpec] = {
             "KiB",
             "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_RAW_TX + RAW_RX)",
         ),
-        FieldSpec("DCGM_FI_DEV_VGPU_LICENSE_STATUS", _I, "1", "nvmlDeviceGetGridLicensableFeatures"),
         FieldSpec(
-            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", _I, "1", "nvmlDeviceGetRemappedRows"
+            "DCGM_FI_DEV_VGPU_LICENSE_STATUS", _I, "1", "nvmlDeviceGetGridLicensableFeatures"
         ),
+        FieldSpec("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", _I, "1", "nvmlDeviceGetRemappedRows"),
         FieldSpec("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", _I, "1", "nvmlDeviceGetRemappedRows"),
         FieldSpec("DCGM_FI_DEV_ROW_REMAP_FAILURE", _I, "1", "nvmlDeviceGetRemappedRows"),
         FieldSpec("DCGM_FI_DRIVER_VERSION", _I, "", "nvmlSystemGetDriverVersion (label)"),
@@ -140,7 +140,9 @@ FIELDS: dict[str, FieldSpec] = {
             "GPM ANY_TENSOR_UTIL / 100",
             profiling=True,
         ),
-        FieldSpec("DCGM_FI_PROF_DRAM_ACTIVE", _F, "ratio", "GPM DRAM_BW_UTIL / 100", profiling=True),
+        FieldSpec(
+            "DCGM_FI_PROF_DRAM_ACTIVE", _F, "ratio", "GPM DRAM_BW_UTIL / 100", profiling=True
+        ),
         FieldSpec(
             "DCGM_FI_PROF_PCIE_TX_BYTES", _I, "B/s", "GPM PCIE_TX_PER_SEC (MiB/s)", profiling=True
         ),

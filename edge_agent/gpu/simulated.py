@@ -29,6 +29,7 @@ __all__ = [
     "MODELS",
     "GpuModel",
     "SimulatedBackend",
+    "resolve_model",
     "utilisation",
 ]
 
@@ -57,13 +58,27 @@ class GpuModel:
 MODELS: dict[str, GpuModel] = {
     m.key: m
     for m in (
-        GpuModel("H100", "NVIDIA H100 80GB HBM3", 81559, 530, 70.0, 700.0, 345, 1980, 2619, True, True),
+        GpuModel(
+            "H100", "NVIDIA H100 80GB HBM3", 81559, 530, 70.0, 700.0, 345, 1980, 2619, True, True
+        ),
         GpuModel("H200", "NVIDIA H200", 143771, 612, 75.0, 700.0, 345, 1980, 3201, True, True),
-        GpuModel("A100", "NVIDIA A100-SXM4-80GB", 81920, 619, 60.0, 400.0, 210, 1410, 1593, False, True),
+        GpuModel(
+            "A100", "NVIDIA A100-SXM4-80GB", 81920, 619, 60.0, 400.0, 210, 1410, 1593, False, True
+        ),
         GpuModel("L4", "NVIDIA L4", 23034, 418, 16.0, 72.0, 210, 2040, 6251, False, False),
         GpuModel("T4", "Tesla T4", 15360, 255, 10.0, 70.0, 300, 1590, 5000, False, False),
     )
 }
+
+
+def resolve_model(name: str) -> GpuModel:
+    """A model by key (``H100``) or by its NVML name (``NVIDIA H100 80GB HBM3``), any case."""
+    wanted = name.strip().lower()
+    for m in MODELS.values():
+        if wanted in (m.key.lower(), m.name.lower()):
+            return m
+    raise ValueError(f"unknown GPU model {name!r} (choose from {', '.join(MODELS)})")
+
 
 LOAD_PROFILES = ("idle", "training", "inference", "bursty", "mixed")
 _MIXED_CYCLE = ("training", "inference", "bursty", "idle")
@@ -74,8 +89,13 @@ _BURST_HIGH = 0.95
 _BURST_LOW = 0.05
 
 
+def _rng(key: str) -> random.Random:
+    """A generator seeded from a string: deterministic across runs (simulation, not crypto)."""
+    return random.Random(key)
+
+
 def _phase(seed: int, index: int) -> float:
-    return random.Random(f"raven-sim:{seed}:{index}").uniform(0.0, 2.0 * math.pi)
+    return _rng(f"raven-sim:{seed}:{index}").uniform(0.0, 2.0 * math.pi)
 
 
 def _profile_for(profile: str, index: int) -> str:
@@ -121,7 +141,7 @@ class _ProcPlan:
 
 
 def _process_plan(seed: int, index: int, profile: str) -> list[_ProcPlan]:
-    rng = random.Random(f"raven-sim-proc:{seed}:{index}")
+    rng = _rng(f"raven-sim-proc:{seed}:{index}")
     if profile == "idle":
         return []
     if profile == "training":
@@ -156,14 +176,12 @@ class SimulatedBackend:
     ) -> None:
         if count < 0 or count > 64:
             raise ValueError("simulated GPU count must be between 0 and 64")
-        if model not in MODELS:
-            raise ValueError(f"unknown GPU model {model!r} (choose from {', '.join(MODELS)})")
         if load_profile not in LOAD_PROFILES:
             raise ValueError(
                 f"unknown load profile {load_profile!r} (choose from {', '.join(LOAD_PROFILES)})"
             )
         self.count = count
-        self.model = MODELS[model]
+        self.model = resolve_model(model)
         self.seed = seed
         self.load_profile = load_profile
         self.failing = frozenset(failing)
@@ -175,7 +193,7 @@ class SimulatedBackend:
 
     def gpu_info(self, index: int) -> GpuInfo:
         m = self.model
-        rng = random.Random(f"raven-sim-id:{self.seed}:{index}")
+        rng = _rng(f"raven-sim-id:{self.seed}:{index}")
         gpu_uuid = "GPU-" + str(uuid.UUID(int=rng.getrandbits(128), version=4))
         bus = 0x18 + index * 0x10 if index < 14 else index
         return GpuInfo(

@@ -1,0 +1,216 @@
+"""``raven gpu-exporter``: flags and environment variables close to dcgm-exporter's.
+
+raven's CLI calls `register(subparsers)`; the subcommand's ``func(args) -> int`` runs the exporter
+until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from edge_agent.gpu.backend import BackendUnavailableError, GpuBackend
+from edge_agent.gpu.counters import (
+    Counter,
+    CountersFileError,
+    default_counters,
+    load_counters_file,
+)
+from edge_agent.gpu.exposition import HOSTNAME_LABELS, ExpositionOptions
+from edge_agent.gpu.kube_pods import in_cluster_lookup
+from edge_agent.gpu.podresources import DEFAULT_SOCKET, PodResourcesClient
+from edge_agent.gpu.process_mapping import PodMapper
+from edge_agent.gpu.server import GpuExporter
+from edge_agent.gpu.simulated import LOAD_PROFILES, MODELS, SimulatedBackend
+
+__all__ = ["build_exporter", "parse_address", "register", "run"]
+
+log = logging.getLogger(__name__)
+
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``:9400`` (all interfaces), ``127.0.0.1:9400``, ``[::1]:9400`` -> (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {text!r} must be HOST:PORT or :PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"address {text!r} has a bad port") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"address {text!r} has a port outside 0..65535")
+    return host, port
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``gpu-exporter`` subcommand to raven's subparsers."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "gpu-exporter",
+        help="dcgm-exporter compatible GPU metrics exporter (NVML or simulated)",
+        description="Serve GPU metrics in dcgm-exporter's format on /metrics. Environment "
+        "variables with dcgm-exporter's names (DCGM_EXPORTER_LISTEN, DCGM_EXPORTER_COLLECTORS, "
+        "DCGM_EXPORTER_INTERVAL, DCGM_EXPORTER_KUBERNETES) set the defaults.",
+    )
+    p.add_argument(
+        "-a",
+        "--address",
+        default=_env("DCGM_EXPORTER_LISTEN", ":9400"),
+        help="HOST:PORT to listen on (default :9400, all interfaces)",
+    )
+    p.add_argument(
+        "-f",
+        "--collectors",
+        default=_env("DCGM_EXPORTER_COLLECTORS", ""),
+        help="counters CSV in dcgm-exporter's 'field, type, help' format (default: built in)",
+    )
+    p.add_argument(
+        "-c",
+        "--collect-interval",
+        type=int,
+        default=int(_env("DCGM_EXPORTER_INTERVAL", "30000")),
+        help="collection interval in milliseconds (default 30000)",
+    )
+    p.add_argument(
+        "-k",
+        "--kubernetes",
+        action="store_true",
+        default=_env("DCGM_EXPORTER_KUBERNETES", "false").lower() in ("1", "true", "yes"),
+        help="map GPUs and processes to pods (kubelet pod-resources socket, /proc cgroups)",
+    )
+    p.add_argument(
+        "--pod-resources-socket",
+        default=DEFAULT_SOCKET,
+        help=f"kubelet pod-resources socket (default {DEFAULT_SOCKET})",
+    )
+    p.add_argument(
+        "--simulate",
+        type=int,
+        metavar="N",
+        default=None,
+        help="serve N simulated GPUs instead of reading NVML",
+    )
+    p.add_argument(
+        "--model",
+        default="H100",
+        help=f"simulated GPU model: {', '.join(MODELS)} or its full name (default H100)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
+    p.add_argument(
+        "--load-profile", choices=LOAD_PROFILES, default="training", help="simulated load"
+    )
+    p.add_argument(
+        "--hostname",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="value of the Hostname label and of NodeName (default $NODE_NAME or hostname)",
+    )
+    p.add_argument(
+        "--hostname-label",
+        choices=HOSTNAME_LABELS,
+        default="Hostname",
+        help="label name for the host: Hostname (released dcgm-exporter) or hostname",
+    )
+    p.add_argument(
+        "--no-custom-metrics",
+        action="store_true",
+        help="leave out the DCGM_CUSTOM_* per-process and per-container metrics",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def _counters(args: argparse.Namespace) -> list[Counter]:
+    return load_counters_file(args.collectors) if args.collectors else default_counters()
+
+
+def _backend(args: argparse.Namespace) -> GpuBackend:
+    if args.simulate is not None:
+        return SimulatedBackend(
+            args.simulate, model=args.model, seed=args.seed, load_profile=args.load_profile
+        )
+    from edge_agent.gpu.nvml_backend import NvmlBackend
+
+    return NvmlBackend(processes=not args.no_custom_metrics)
+
+
+def build_exporter(args: argparse.Namespace) -> GpuExporter:
+    """The exporter the flags describe (raises ValueError, CountersFileError,
+    BackendUnavailableError with a message for the user)."""
+    if args.collect_interval < 100:
+        raise ValueError("--collect-interval must be at least 100 ms")
+    host, port = parse_address(args.address)
+    counters = _counters(args)
+    options = ExpositionOptions(
+        hostname=args.hostname,
+        hostname_label=args.hostname_label,
+        kubernetes=args.kubernetes,
+        node_name=args.hostname,
+        custom_metrics=not args.no_custom_metrics,
+    )
+    mapper = None
+    if args.kubernetes and args.simulate is None:
+        client = PodResourcesClient(args.pod_resources_socket)
+        if not client.available():
+            log.warning(
+                "pod-resources socket missing path=%s: GPUs will not be mapped to pods",
+                args.pod_resources_socket,
+            )
+        lookup = in_cluster_lookup(args.hostname) if os.environ.get(IN_CLUSTER_ENV) else None
+        mapper = PodMapper(client.allocations if client.available() else None, pod_lookup=lookup)
+    backend = _backend(args)
+    return GpuExporter(
+        backend,
+        counters=counters,
+        options=options,
+        interval_s=args.collect_interval / 1000.0,
+        host=host,
+        port=port,
+        mapper=mapper,
+    )
+
+
+async def _serve(exporter: GpuExporter) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await exporter.start()
+    try:
+        await stop.wait()
+    finally:
+        await exporter.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
+    try:
+        exporter = build_exporter(args)
+    except (ValueError, CountersFileError, BackendUnavailableError) as exc:
+        print(f"raven gpu-exporter: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(exporter))
+    except OSError as exc:
+        print(f"raven gpu-exporter: error: cannot listen on {args.address}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        exporter.backend.close()
+    return 0

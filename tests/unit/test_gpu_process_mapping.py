@@ -1,0 +1,148 @@
+"""/proc/<pid>/cgroup parsing (cgroupfs and systemd drivers) and the pod mapper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from edge_agent.gpu.backend import GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
+from edge_agent.gpu.kube_pods import ApiServerPodLookup
+from edge_agent.gpu.process_mapping import CgroupRef, PodMapper, parse_cgroup, read_process_cgroup
+
+UID = "6a0f1b2c-3d4e-4f50-8a9b-0c1d2e3f4a5b"
+SYSTEMD_UID = UID.replace("-", "_")
+CID = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # cgroup v1, cgroupfs driver
+        f"12:memory:/kubepods/burstable/pod{UID}/{CID}\n11:cpu:/kubepods/burstable/pod{UID}/{CID}\n",
+        f"4:devices:/kubepods/pod{UID}/{CID}\n",
+        # cgroup v1, systemd driver, containerd
+        "1:name=systemd:/kubepods.slice/kubepods-besteffort.slice/"
+        f"kubepods-besteffort-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope\n",
+        # cgroup v2, systemd driver, docker / cri-o
+        f"0::/kubepods.slice/kubepods-pod{SYSTEMD_UID}.slice/docker-{CID}.scope\n",
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{SYSTEMD_UID}.slice/crio-{CID}.scope\n",
+        # cgroup v2, cgroupfs driver, nested in a kind/system container
+        f"0::/system.slice/containerd.service/kubepods/besteffort/pod{UID}/{CID}\n",
+    ],
+)
+def test_cgroup_forms(text: str) -> None:
+    assert parse_cgroup(text) == CgroupRef(UID, CID)
+
+
+def test_pod_level_cgroup_without_container() -> None:
+    assert parse_cgroup(f"0::/kubepods/besteffort/pod{UID}\n") == CgroupRef(UID, "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "0::/user.slice/user-1000.slice/session-1.scope\n",
+        "garbage\n",
+        "0::/kubepods/besteffort/podnotauid/x\n",
+        "\x00\xff::",
+    ],
+)
+def test_not_in_a_pod(text: str) -> None:
+    assert parse_cgroup(text) is None
+
+
+def write_proc(root: Path, pid: int, text: str) -> None:
+    (root / str(pid)).mkdir(parents=True)
+    (root / str(pid) / "cgroup").write_text(text)
+
+
+def test_read_process_cgroup(tmp_path: Path) -> None:
+    write_proc(tmp_path, 42, f"0::/kubepods/pod{UID}/{CID}\n")
+    assert read_process_cgroup(42, tmp_path) == CgroupRef(UID, CID)
+    assert read_process_cgroup(43, tmp_path) is None  # process gone
+
+
+def test_mapper_uses_allocations_lookup_and_cgroups(tmp_path: Path) -> None:
+    other_uid = "11111111-2222-3333-4444-555555555555"
+    write_proc(tmp_path, 1, f"0::/kubepods/pod{UID}/{CID}\n")
+    write_proc(tmp_path, 2, f"0::/kubepods/pod{other_uid}/{CID}\n")
+    gpu_a = GpuSample(
+        GpuInfo(0, "GPU-a", "p", "nvidia0", "m"), {}, (ProcessSample(1, 5), ProcessSample(3, 5))
+    )
+    gpu_b = GpuSample(GpuInfo(1, "GPU-b", "p", "nvidia1", "m"), {}, (ProcessSample(2, 5),))
+    alloc = PodRef("ns", "trainer-0", "main")
+    lookups: list[str] = []
+
+    def lookup(ref: CgroupRef) -> PodRef | None:
+        lookups.append(ref.pod_uid)
+        return PodRef("other-ns", "shared-pod", "c") if ref.pod_uid == other_uid else None
+
+    mapper = PodMapper(lambda: {"GPU-a": alloc}, pod_lookup=lookup, proc_root=tmp_path)
+    snap = mapper.apply(Snapshot(0.0, "1", (gpu_a, gpu_b)))
+    a, b = snap.gpus
+    assert a.pod == alloc and b.pod is None
+    # pid 1: no lookup answer, falls back to the GPU's container
+    assert a.processes[0].pod == PodRef("ns", "trainer-0", "main", UID)
+    # pid 3: no cgroup file (host process): unmapped
+    assert a.processes[1].pod is None
+    # pid 2: lookup by UID
+    assert b.processes[0].pod == PodRef("other-ns", "shared-pod", "c", other_uid)
+    assert sorted(lookups) == sorted([UID, other_uid])
+
+
+def test_mapper_survives_failing_kubelet(tmp_path: Path) -> None:
+    def broken() -> dict[str, PodRef]:
+        raise OSError("connection refused")
+
+    gpu = GpuSample(GpuInfo(0, "GPU-a", "p", "nvidia0", "m"), {"DCGM_FI_DEV_GPU_TEMP": 1})
+    snap = PodMapper(broken, proc_root=tmp_path).apply(Snapshot(0.0, "1", (gpu,)))
+    assert snap.gpus[0].values == {"DCGM_FI_DEV_GPU_TEMP": 1}
+    assert snap.gpus[0].pod is None
+
+
+class FakeCoreV1:
+    def __init__(self, pods: list[SimpleNamespace]) -> None:
+        self.pods = pods
+        self.calls: list[str] = []
+        self.fail = False
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str, _request_timeout: float
+    ) -> SimpleNamespace:
+        self.calls.append(field_selector)
+        if self.fail:
+            raise OSError("api server down")
+        return SimpleNamespace(items=list(self.pods))
+
+
+def fake_pod(uid: str, ns: str, name: str, containers: dict[str, str]) -> SimpleNamespace:
+    statuses = [
+        SimpleNamespace(name=n, container_id=f"containerd://{cid}") for cid, n in containers.items()
+    ]
+    return SimpleNamespace(
+        metadata=SimpleNamespace(uid=uid, namespace=ns, name=name),
+        status=SimpleNamespace(container_statuses=statuses, init_container_statuses=None),
+    )
+
+
+def test_api_server_lookup_names_pod_and_container() -> None:
+    now = [0.0]
+    api = FakeCoreV1([fake_pod(UID, "ml", "trainer-0", {CID: "main", "f" * 64: "sidecar"})])
+    lookup = ApiServerPodLookup(api, "edge-gpu-1", ttl_s=30, min_refresh_s=5, clock=lambda: now[0])
+    assert lookup(CgroupRef(UID, CID)) == PodRef("ml", "trainer-0", "main", UID)
+    assert lookup(CgroupRef(UID, "0" * 64)) == PodRef("ml", "trainer-0", "", UID)
+    assert api.calls == ["spec.nodeName=edge-gpu-1"]  # cached
+    new_uid = "99999999-2222-3333-4444-555555555555"
+    assert lookup(CgroupRef(new_uid, CID)) is None  # unknown, but refreshed < 5 s ago
+    assert len(api.calls) == 1
+    api.pods.append(fake_pod(new_uid, "ml", "trainer-1", {}))
+    now[0] = 6.0
+    assert lookup(CgroupRef(new_uid, CID)) == PodRef("ml", "trainer-1", "", new_uid)
+    assert len(api.calls) == 2
+    api.fail = True
+    now[0] = 100.0
+    assert lookup(CgroupRef(UID, CID)) == PodRef("ml", "trainer-0", "main", UID)  # old table kept
