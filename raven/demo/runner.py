@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,9 +200,7 @@ async def run_check(demo: Demo) -> int:
     if not await demo.wait_registered():
         print("FAIL: not every node registered within 20 s")
         return 1
-    results = await asyncio.gather(
-        *(demo.scrape(n, m) for n in demo.topology.nodes for m in MODES)
-    )
+    results = await asyncio.gather(*(demo.scrape(n, m) for n in demo.topology.nodes for m in MODES))
     for r in sorted(results, key=lambda r: (r.node, r.mode)):
         mark = "ok  " if r.ok else "FAIL"
         print(f"{mark} {r.node:<16} {r.mode:<8} {r.seconds * 1000:7.1f} ms  {r.detail}")
@@ -214,16 +213,18 @@ async def run_check(demo: Demo) -> int:
     if demo.with_hosts_generator:
         deadline = time.monotonic() + 15
         names = {n.name for n in demo.topology.nodes}
-        while time.monotonic() < deadline and set(demo.hosts_entries()) != names:
+        while time.monotonic() < deadline and set(demo.hosts_entries()) != names:  # noqa: ASYNC110 - polls a file
             await asyncio.sleep(0.2)
         entries = demo.hosts_entries()
-        if set(entries) != names and demo.hosts_proc is not None:
-            if demo.hosts_proc.returncode is not None and demo.hosts_proc.stderr is not None:
-                err = (await demo.hosts_proc.stderr.read()).decode(errors="replace")
-                print(f"hosts generator exited {demo.hosts_proc.returncode}: {err[-600:]}")
+        proc = demo.hosts_proc
+        if set(entries) != names and proc and proc.returncode is not None and proc.stderr:
+            err = (await proc.stderr.read()).decode(errors="replace")
+            print(f"hosts generator exited {proc.returncode}: {err[-600:]}")
         hosts_ok = set(entries) == names and set(entries.values()) == {demo.topology.host}
-        print(f"{'ok  ' if hosts_ok else 'FAIL'} hosts file maps {len(entries)} names "
-              f"to the gateway ({demo.hosts_file})")
+        print(
+            f"{'ok  ' if hosts_ok else 'FAIL'} hosts file maps {len(entries)} names "
+            f"to the gateway ({demo.hosts_file})"
+        )
         failures += 0 if hosts_ok else 1
     total = len(results) + 1 + (1 if demo.with_hosts_generator else 0)
     print(f"{total - failures} passed, {failures} failed")
@@ -234,7 +235,7 @@ def print_intro(demo: Demo) -> None:
     host, proxy, admin = demo.topology.host, demo.proxy_port, demo.admin_port
     first = demo.topology.nodes[0].name
     print(f"""
-Raven demo: cloud gateway + {len(demo.agents)} edge sites + {len(demo.topology.nodes)} simulated GPU nodes
+Raven demo: cloud gateway + {len(demo.agents)} edge sites + {len(demo.topology.nodes)} GPU nodes
   tunnel   {host}:{demo.tunnel_port}     proxy {host}:{proxy}     admin http://{host}:{admin}
   hosts file for CoreDNS/dnsmasq: {demo.hosts_file}
 
@@ -247,7 +248,8 @@ Prometheus scrape configs (one per addressing mode):
   - job_name: path-mode
     static_configs: [{{targets: ["{first}:9400"]}}]
     relabel_configs:
-      - {{source_labels: [__address__], target_label: __metrics_path__, replacement: /proxy/$1/metrics}}
+      - {{source_labels: [__address__], target_label: __metrics_path__,
+         replacement: /proxy/$1/metrics}}
       - {{target_label: __address__, replacement: "{host}:{proxy}"}}
 
 Try:
@@ -276,8 +278,10 @@ async def status_loop(demo: Demo, interval_s: float = 3.0) -> None:
         for row in rows:
             rtt = row["rtt_seconds"]
             rtt_text = f"{rtt * 1000:8.2f}" if isinstance(rtt, float) else "       -"
-            print(f"  {row['agent']:<10} {row['remote_address']:<22} {len(row['nodes']):>5} "
-                  f"{row['open_streams']:>7} {rtt_text}")
+            print(
+                f"  {row['agent']:<10} {row['remote_address']:<22} {len(row['nodes']):>5} "
+                f"{row['open_streams']:>7} {rtt_text}"
+            )
         if not rows:
             print("  (no agent connected)")
 
@@ -301,4 +305,4 @@ async def run_demo(topology: Topology, *, check: bool, duration_s: float | None)
 
 
 def workdir_default() -> Path:
-    return Path(os.environ.get("TMPDIR", "/tmp")) / f"raven-demo-{os.getpid()}"
+    return Path(tempfile.gettempdir()) / f"raven-demo-{os.getpid()}"

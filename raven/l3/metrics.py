@@ -1,35 +1,82 @@
-"""The ``raven_l3_*`` metrics, shared by the gateway's router and the agent's forwarder."""
+"""The ``raven_l3_*`` metrics, shared by the gateway's router and the agent's forwarder.
+
+Counted per packet, so counted cheaply: plain integers bumped on the hot path, turned
+into Prometheus counters only when the registry is collected (a custom collector, as
+client_python recommends for data that already lives elsewhere).
+
+- ``raven_l3_packets_total{direction, agent}``, ``raven_l3_bytes_total{direction, agent}``:
+  ``direction`` is ``to_agent`` (cloud -> edge) or ``from_agent`` (edge -> cloud);
+- ``raven_l3_drops_total{reason}``: one series per :class:`DropReason`, present from 0.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from raven.l3.drops import DropReason
 
+TO_AGENT = "to_agent"
+FROM_AGENT = "from_agent"
 
-class L3Metrics:
-    """``raven_l3_*`` metrics on one registry (shared by the router and the forwarder)."""
+
+class Traffic:
+    """Packets and bytes of one (direction, agent) pair."""
+
+    __slots__ = ("bytes", "packets")
+
+    def __init__(self) -> None:
+        self.packets = 0
+        self.bytes = 0
+
+    def count(self, size: int) -> None:
+        self.packets += 1
+        self.bytes += size
+
+
+class L3Metrics(Collector):
+    """The L3 counters, registered on ``registry`` at construction."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.packets = Counter(
-            "raven_l3_packets",
-            "IP packets carried through the tunnel, by direction relative to the agent.",
-            ["direction", "agent"],
-            registry=registry,
-        )
-        self.bytes = Counter(
-            "raven_l3_bytes",
-            "Bytes of IP packets carried through the tunnel, by direction.",
-            ["direction", "agent"],
-            registry=registry,
-        )
-        self.drops = Counter(
-            "raven_l3_drops",
-            "IP packets dropped by the L3 path, by reason.",
-            ["reason"],
-            registry=registry,
-        )
-        self._drop_children = {reason: self.drops.labels(reason.value) for reason in DropReason}
+        self._traffic: dict[tuple[str, str], Traffic] = {}
+        self.drops: dict[DropReason, int] = dict.fromkeys(DropReason, 0)
+        registry.register(self)
+
+    def traffic(self, direction: str, agent: str) -> Traffic:
+        """The counters of one direction and agent (created at 0 on first use)."""
+        return self._traffic.setdefault((direction, agent), Traffic())
 
     def drop(self, reason: DropReason) -> None:
-        self._drop_children[reason].inc()
+        self.drops[reason] += 1
+
+    def _families(self) -> tuple[CounterMetricFamily, CounterMetricFamily, CounterMetricFamily]:
+        return (
+            CounterMetricFamily(
+                "raven_l3_packets",
+                "IP packets carried through the tunnel, by direction relative to the agent.",
+                labels=["direction", "agent"],
+            ),
+            CounterMetricFamily(
+                "raven_l3_bytes",
+                "Bytes of IP packets carried through the tunnel, by direction.",
+                labels=["direction", "agent"],
+            ),
+            CounterMetricFamily(
+                "raven_l3_drops", "IP packets dropped by the L3 path, by reason.", labels=["reason"]
+            ),
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        packets, size, drops = self._families()
+        for (direction, agent), traffic in sorted(self._traffic.items()):
+            packets.add_metric([direction, agent], traffic.packets)
+            size.add_metric([direction, agent], traffic.bytes)
+        for reason, count in self.drops.items():
+            drops.add_metric([reason.value], count)
+        return (packets, size, drops)

@@ -10,7 +10,8 @@ properties give :mod:`ipaddress` objects.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+import struct
+from typing import NamedTuple
 
 IPV4 = 4
 IPV6 = 6
@@ -49,9 +50,12 @@ class MalformedPacket(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class PacketInfo:
-    """What the L3 path needs from an IP header."""
+_V4 = struct.Struct("!BxHxxHxBxxII")  # ver/ihl, total length, flags/offset, protocol, src, dst
+_V6 = struct.Struct("!4xHBxQQQQ")  # payload length, next header, src (2 x u64), dst (2 x u64)
+
+
+class PacketInfo(NamedTuple):
+    """What the L3 path needs from an IP header (a NamedTuple: built once per packet, fast)."""
 
     #: 4 or 6.
     version: int
@@ -111,25 +115,24 @@ def _parse_ipv4(data: bytes | bytearray | memoryview) -> PacketInfo:
     size = len(data)
     if size < IPV4_MIN_HEADER_BYTES:
         raise MalformedPacket(f"IPv4 packet of {size} bytes is shorter than a header")
-    ihl = (data[0] & 0x0F) * 4
+    ver_ihl, total, flags, protocol, src, dst = _V4.unpack_from(data)
+    ihl = (ver_ihl & 0x0F) * 4
     if ihl < IPV4_MIN_HEADER_BYTES:
         raise MalformedPacket(f"IPv4 header length {ihl}")
-    total = (data[2] << 8) | data[3]
     if total != size:
         raise MalformedPacket(f"IPv4 total length {total} but {size} bytes")
     if ihl > total:
         raise MalformedPacket(f"IPv4 header length {ihl} beyond total length {total}")
-    flags = (data[6] << 8) | data[7]
     return PacketInfo(
-        version=IPV4,
-        src=int.from_bytes(data[12:16], "big"),
-        dst=int.from_bytes(data[16:20], "big"),
-        length=total,
-        protocol=data[9],
-        l4_offset=ihl,
-        fragment_offset=(flags & _V4_OFFSET_MASK) * 8,
-        more_fragments=bool(flags & _V4_FLAG_MF),
-        dont_fragment=bool(flags & _V4_FLAG_DF),
+        IPV4,
+        src,
+        dst,
+        total,
+        protocol,
+        ihl,
+        (flags & _V4_OFFSET_MASK) * 8,
+        bool(flags & _V4_FLAG_MF),
+        bool(flags & _V4_FLAG_DF),
     )
 
 
@@ -137,10 +140,9 @@ def _parse_ipv6(data: bytes | bytearray | memoryview) -> PacketInfo:
     size = len(data)
     if size < IPV6_HEADER_BYTES:
         raise MalformedPacket(f"IPv6 packet of {size} bytes is shorter than a header")
-    payload = (data[4] << 8) | data[5]
+    payload, protocol, src_hi, src_lo, dst_hi, dst_lo = _V6.unpack_from(data)
     if payload + IPV6_HEADER_BYTES != size:
         raise MalformedPacket(f"IPv6 payload length {payload} but {size - 40} bytes follow")
-    protocol = data[6]
     offset = IPV6_HEADER_BYTES
     fragment_offset = 0
     more_fragments = False
@@ -171,15 +173,15 @@ def _parse_ipv6(data: bytes | bytearray | memoryview) -> PacketInfo:
     else:
         raise MalformedPacket("too many IPv6 extension headers")
     return PacketInfo(
-        version=IPV6,
-        src=int.from_bytes(data[8:24], "big"),
-        dst=int.from_bytes(data[24:40], "big"),
-        length=size,
-        protocol=protocol,
-        l4_offset=offset,
-        fragment_offset=fragment_offset,
-        more_fragments=more_fragments,
-        dont_fragment=True,
+        IPV6,
+        (src_hi << 64) | src_lo,
+        (dst_hi << 64) | dst_lo,
+        size,
+        protocol,
+        offset,
+        fragment_offset,
+        more_fragments,
+        True,
     )
 
 

@@ -8,6 +8,7 @@ dialled with ``asyncio.open_connection``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import socket
 from collections.abc import Collection, Mapping
@@ -92,10 +93,8 @@ class DirectStream:
             transport.abort()
             return
         transport.close()
-        try:
+        with contextlib.suppress(OSError):
             await self._writer.wait_closed()
-        except OSError:
-            pass
 
 
 class DirectOpener:

@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +16,9 @@ from kubernetes import client
 from edge_agent.nodes_k8s import KubernetesNodeWatcher, start_node_source
 from raven.config.agent import KubernetesNodeSource
 from tests.fakekube import FakeKube, make_node
+from tests.helpers import KeyPair, agent_config, gateway_config, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leaked_tasks")]
 
 EDGE = {"raven.io/site": "a"}
 OTHER = {"raven.io/site": "b"}
@@ -312,23 +314,11 @@ async def test_debounce_coalesces_bursts(harness: Harness) -> None:
     assert len(rec.tables) - before <= 3
 
 
-async def test_start_node_source_with_kubeconfig(tmp_path: Any) -> None:
+async def test_start_node_source_with_kubeconfig(tmp_path: Path) -> None:
     """The agent's entry point: a kubeconfig file from the config, first table awaited."""
     async with FakeKube() as kube:
         kube.put_node("edge-gpu-1", EDGE, "192.168.1.10")
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
-                    "users": [{"name": "u", "user": {"token": "t0ken"}}],
-                    "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
-                    "current-context": "c",
-                }
-            )
-        )
+        kubeconfig = _write_kubeconfig(tmp_path, kube.url)
         rec = Recorder()
         cfg = KubernetesNodeSource(
             enabled=True, label_selector=SELECTOR, kubeconfig=str(kubeconfig)
@@ -344,7 +334,89 @@ async def test_start_node_source_with_kubeconfig(tmp_path: Any) -> None:
         assert source.task.done()
 
 
-async def test_start_node_source_bad_credentials_fail_clearly(tmp_path: Any) -> None:
+async def test_start_node_source_bad_credentials_fail_clearly(tmp_path: Path) -> None:
     cfg = KubernetesNodeSource(enabled=True, kubeconfig=str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="kubernetes: cannot load credentials"):
         await start_node_source(cfg, Recorder())
+
+
+async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -> None:
+    """A node added to the site in Kubernetes is served and registered within seconds; one
+    relabelled out of the site is withdrawn (AgentApp + GatewayApp on loopback)."""
+    from cloud_gateway.app import GatewayApp
+    from edge_agent.app import AgentApp
+
+    async with FakeKube() as kube:
+        kube.put_node("edge-k8s-1", EDGE, "127.0.0.1")
+        kubeconfig = _write_kubeconfig(tmp_path, kube.url)
+        gw_key, agent_key = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "agent")
+        agents = [{"name": "site-a", "public_key": agent_key.public_b64, "nodes": ["edge-k8s-*"]}]
+        gateway = GatewayApp(gateway_config(tmp_path, gw_key, agents))
+        await gateway.start()
+        agent: AgentApp | None = None
+        try:
+            assert gateway.listener.bound is not None
+            cfg = agent_config(
+                agent_key,
+                gw_key,
+                f"127.0.0.1:{gateway.listener.bound[1]}",
+                {},
+                kubernetes={
+                    "enabled": True,
+                    "label_selector": SELECTOR,
+                    "kubeconfig": str(kubeconfig),
+                },
+            )
+            agent = AgentApp(cfg)
+            await agent.start()
+
+            def registered() -> set[str]:
+                return {n["node"] for n in gateway.registry.nodes_json()["nodes"] if n["reachable"]}
+
+            await wait_for(lambda: registered() == {"edge-k8s-1"}, timeout_s=10)
+            kube.put_node("edge-k8s-2", EDGE, "127.0.0.1")
+            started = time.monotonic()
+            await wait_for(lambda: registered() == {"edge-k8s-1", "edge-k8s-2"}, timeout_s=10)
+            assert time.monotonic() - started < 5
+            kube.relabel("nodes", "edge-k8s-1", OTHER)
+            await wait_for(lambda: registered() == {"edge-k8s-2"}, timeout_s=10)
+            assert agent.relay.nodes == {"edge-k8s-2": "127.0.0.1"}
+        finally:
+            if agent is not None:
+                await agent.stop()
+            await gateway.stop()
+
+
+def _write_kubeconfig(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t0ken"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path
+
+
+async def test_410_on_every_watch_backs_off_instead_of_spinning() -> None:
+    async with FakeKube() as kube:
+        kube.put_node("edge-gpu-1", EDGE, "192.168.1.10")
+        kube.expire_every_watch = True
+        rec = Recorder()
+        _, task, api = await _start(kube, rec, min_backoff_s=0.1, max_backoff_s=0.4)
+        try:
+            await rec.wait_for({"edge-gpu-1": "192.168.1.10"})
+            await asyncio.sleep(2.0)
+            lists = len(kube.list_requests())
+            assert 3 <= lists <= 15, f"{lists} relists in 2 s"
+            # The table stays served meanwhile, and changes still arrive through the relists.
+            kube.put_node("edge-gpu-2", EDGE, "192.168.1.11")
+            await rec.wait_for(lambda t: "edge-gpu-2" in t)
+        finally:
+            await _stop(task, api)
