@@ -42,6 +42,7 @@ class CloseCode(enum.IntEnum):
     INTERNAL = 5
     LIMIT_EXCEEDED = 6  # peer broke a hard limit (frame size, buffered bytes)
     REPLACED = 7  # a newer tunnel from the same agent key replaced this one
+    CONNECTION_LOST = 8  # local only: the TCP connection ended without a CLOSE frame
 
     @property
     def label(self) -> str:

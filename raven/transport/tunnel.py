@@ -210,15 +210,13 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def eof_received(self) -> bool | None:
-        self._terminate(CloseCode.PROTOCOL_ERROR, "peer closed the connection", by_peer=True)
+        self._terminate(CloseCode.CONNECTION_LOST, "peer closed the connection", by_peer=True)
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         reason = f"connection lost: {exc}" if exc else "connection closed"
-        self._terminate(
-            CloseCode.NORMAL if exc is None else CloseCode.INTERNAL, reason, by_peer=True
-        )
+        self._terminate(CloseCode.CONNECTION_LOST, reason, by_peer=True)
 
     def pause_writing(self) -> None:
         self._write_paused = True

@@ -371,7 +371,8 @@ async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -
             await agent.start()
 
             def registered() -> set[str]:
-                return {n["node"] for n in gateway.registry.nodes_json()["nodes"] if n["reachable"]}
+                nodes: Any = gateway.registry.nodes_json()["nodes"]
+                return {n["node"] for n in nodes if n["reachable"]}
 
             await wait_for(lambda: registered() == {"edge-k8s-1"}, timeout_s=10)
             kube.put_node("edge-k8s-2", EDGE, "127.0.0.1")
