@@ -63,13 +63,15 @@ class GatewayApp:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        # L3 first: an agent registering the moment the tunnel port opens must find the
+        # router's session hook in place, or its prefixes would get no routes.
+        if self.config.tun.enabled:
+            await self._start_l3()
         await self.listener.start()
         from cloud_gateway.proxy.server import ProxyServer
 
         self.proxy = ProxyServer(self.registry, self.config.proxy, self.metrics_registry)
         await self.proxy.start()
-        if self.config.tun.enabled:
-            await self._start_l3()
         await self.admin.start()
         log.info("gateway ready agents_authorised=%d", len(self.config.agents))
 

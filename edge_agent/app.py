@@ -101,7 +101,7 @@ class AgentApp:
             from edge_agent.tun.setup import start_agent_l3
 
             self.l3 = await start_agent_l3(
-                self.config.tun, self.config.subnets, self.metrics_registry
+                self.config.tun, self.config.subnets, self.metrics_registry, agent=self.config.name
             )
         await self.admin.start()
         self.dialer.start()

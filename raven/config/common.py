@@ -66,6 +66,10 @@ class LimitsConfig:
         "L3 packets queued for the tunnel; beyond it packets are dropped and counted.",
         default=_DEFAULTS.max_queued_datagrams,
     )
+    max_queued_datagram_bytes: int = doc(
+        "Bytes of L3 packets queued for the tunnel; beyond it packets are dropped and counted.",
+        default=_DEFAULTS.max_queued_datagram_bytes,
+    )
     keepalive_interval_s: float = doc(
         "Idle time after which a ping is sent.", default=_DEFAULTS.keepalive_interval_s
     )

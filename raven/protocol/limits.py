@@ -27,6 +27,9 @@ class Limits:
     max_frame_payload_bytes: int = 64 * 1024 - 64
     #: Datagrams (L3 packets) queued for sending; beyond it they are dropped and counted.
     max_queued_datagrams: int = 1024
+    #: Bytes of datagrams queued for sending (TSO super-packets are up to 64 KiB each);
+    #: beyond it they are dropped and counted like a full queue.
+    max_queued_datagram_bytes: int = 4 * 1024 * 1024
     #: Largest datagram (an IP packet), in bytes; larger ones are dropped.
     max_datagram_bytes: int = 65535
     #: Idle interval after which a PING is sent.

@@ -273,6 +273,8 @@ class Multiplexer:
             return self._drop("oversize")
         if self._out.queued_datagrams >= self._limits.max_queued_datagrams:
             return self._drop("queue_full")
+        if self._out.datagram_bytes + len(data) > self._limits.max_queued_datagram_bytes:
+            return self._drop("queue_full")
         self._out.queue_datagram(bytes(data))
         return True
 

@@ -69,6 +69,8 @@ class Scheduler:
         #: encoded control bytes queued and not yet put into a payload
         self.control_bytes = 0
         self._datagrams: deque[bytes] = deque()
+        #: bytes of the datagrams queued (bounded by Limits.max_queued_datagram_bytes)
+        self.datagram_bytes = 0
         self._ready: deque[Stream] = deque()
 
     @property
@@ -85,6 +87,7 @@ class Scheduler:
 
     def queue_datagram(self, data: bytes) -> None:
         self._datagrams.append(data)
+        self.datagram_bytes += len(data)
 
     def schedule(self, stream: Stream) -> None:
         """The stream has data or an END to send: put it in the ring (once)."""
@@ -96,6 +99,7 @@ class Scheduler:
         self._control.clear()
         self.control_bytes = 0
         self._datagrams.clear()
+        self.datagram_bytes = 0
         for stream in self._ready:
             stream.scheduled = False
         self._ready.clear()
@@ -131,6 +135,7 @@ class Scheduler:
             if size > room or (count and size > room - floor):
                 break  # the first always goes when it fits; then half is kept for streams
             data = datagrams.popleft()
+            self.datagram_bytes -= len(data)
             parts.append(encode_header(FrameType.DATAGRAM, 0, 0, len(data)))
             parts.append(data)
             room -= len(data) + FRAME_HEADER_BYTES

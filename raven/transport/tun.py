@@ -6,7 +6,10 @@
   device, one ``on_packet(packet)`` call each, on the running event loop;
 - ``write(packet)`` hands one IP packet to the kernel and never blocks: when the
   device cannot take it (EAGAIN/ENOBUFS, or any other error) the packet is dropped,
-  counted in ``write_drops``, and False is returned.
+  counted in ``write_drops``, and False is returned;
+- ``offload``: when True, reads may deliver TCP "super-packets" larger than the MTU (the
+  kernel's TSO/GSO, checksums always complete) and ``write`` takes them (the kernel cuts
+  them into segments of at most the MTU). When False, neither happens.
 
 :class:`LinuxTun` opens ``/dev/net/tun`` (``TUNSETIFF``, ``IFF_TUN | IFF_NO_PI``: bare
 IP packets, no header) with a non-blocking fd driven by ``loop.add_reader``.
@@ -24,6 +27,15 @@ import struct
 from collections.abc import Callable
 from typing import Protocol
 
+from raven.l3.gso import (
+    complete_checksum,
+    is_gso_candidate,
+    partial_tcp_checksum,
+    split_super_packet,
+    tcp_header_bytes,
+)
+from raven.l3.packet import IPV4, MalformedPacket, PacketInfo, parse_packet
+
 log = logging.getLogger(__name__)
 
 TUN_CLONE_DEVICE = "/dev/net/tun"
@@ -31,6 +43,14 @@ TUN_CLONE_DEVICE = "/dev/net/tun"
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+TUNSETOFFLOAD = 0x400454D0
+TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6 = 0x01, 0x02, 0x04
+#: struct virtio_net_hdr (linux/virtio_net.h), native (little) endian, before each packet.
+VNET_HDR = struct.Struct("<BBHHHH")  # flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
+VNET_F_NEEDS_CSUM = 0x01
+VNET_GSO_NONE, VNET_GSO_TCPV4, VNET_GSO_TCPV6, VNET_GSO_ECN = 0, 1, 4, 0x80
+_PLAIN_HDR = bytes(VNET_HDR.size)
 #: Packets read per wake-up before yielding to the loop (bounded so other work runs).
 DEFAULT_READ_BATCH = 128
 #: Largest IP packet.
@@ -56,6 +76,11 @@ class TunDevice(Protocol):
         """Packets :meth:`write` could not hand over (and dropped)."""
         ...
 
+    @property
+    def offload(self) -> bool:
+        """Super-packets (TCP, up to 64 KiB) may be read and may be written."""
+        ...
+
     def start(self, on_packet: PacketHandler) -> None:
         """Deliver each packet read from the device to ``on_packet`` (on the running loop)."""
         ...
@@ -73,22 +98,60 @@ class TunDevice(Protocol):
         ...
 
 
-class LinuxTun:
-    """A Linux TUN interface (needs CAP_NET_ADMIN)."""
+def write_packet(tun: TunDevice, packet: bytes, info: PacketInfo, mtu: int) -> bool:
+    """Write one packet from the tunnel; a TCP super-packet goes whole to a device with
+    offload, or cut into ``mtu``-sized segments (software GSO) to one without. False when
+    (any piece) was dropped."""
+    if info.length <= mtu or tun.offload or not is_gso_candidate(info):
+        return tun.write(packet)
+    try:
+        pieces = split_super_packet(packet, info, mtu, mtu)
+    except ValueError:
+        return tun.write(packet)
+    ok = True
+    for piece in pieces:
+        ok = tun.write(piece) and ok
+    return ok
 
-    def __init__(self, name: str, *, read_batch: int = DEFAULT_READ_BATCH) -> None:
+
+class LinuxTun:
+    """A Linux TUN interface (needs CAP_NET_ADMIN).
+
+    ``offload=True`` asks for ``IFF_VNET_HDR`` and TSO (``TUNSETOFFLOAD``); where the kernel
+    refuses, the device works without (``offload`` then reads False). ``mtu`` is the
+    segment bound of super-packets written with offload (the tunnel MTU).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        read_batch: int = DEFAULT_READ_BATCH,
+        offload: bool = False,
+        mtu: int = 1500,
+    ) -> None:
         if not name or len(name) > 15:
             raise ValueError("interface name must be 1-15 characters")
         try:
             fd = os.open(TUN_CLONE_DEVICE, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise TunError(exc.errno, f"cannot open {TUN_CLONE_DEVICE}: {exc.strerror}") from None
+        flags = IFF_TUN | IFF_NO_PI | (IFF_VNET_HDR if offload else 0)
         try:
-            ifr = struct.pack("16sH22x", name.encode(), IFF_TUN | IFF_NO_PI)
+            ifr = struct.pack("16sH22x", name.encode(), flags)
             result = fcntl.ioctl(fd, TUNSETIFF, ifr)
         except OSError as exc:
             os.close(fd)
             raise TunError(exc.errno, f"TUNSETIFF {name}: {exc.strerror}") from None
+        self._offload = False
+        if offload:
+            try:
+                fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)
+                self._offload = True
+            except OSError as exc:  # old kernel: plain packets behind a zero header
+                log.warning("tun offload refused dev=%s error=%s", name, exc.strerror)
+        self._vnet = offload
+        self._mtu = mtu
         self._fd = fd
         self._name = result[:16].rstrip(b"\0").decode()
         self._read_batch = read_batch
@@ -104,6 +167,10 @@ class LinuxTun:
     @property
     def fileno(self) -> int:
         return self._fd
+
+    @property
+    def offload(self) -> bool:
+        return self._offload
 
     @property
     def write_drops(self) -> int:
@@ -129,7 +196,7 @@ class LinuxTun:
             return
         for _ in range(self._read_batch):
             try:
-                packet = os.read(self._fd, MAX_PACKET_BYTES)
+                packet = os.read(self._fd, MAX_PACKET_BYTES + VNET_HDR.size)
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -138,13 +205,49 @@ class LinuxTun:
                 if self._read_errors == 1 or self._read_errors % 1000 == 0:
                     log.warning("tun read failed dev=%s error=%s", self._name, exc)
                 return
+            if self._vnet:
+                packet = self._from_vnet(packet)
             if not packet:
                 return
             handler(packet)
 
+    def _from_vnet(self, data: bytes) -> bytes:
+        """Strip the virtio header; finish partial checksums so every packet is complete."""
+        if len(data) <= VNET_HDR.size:
+            return b""
+        flags, _, _, _, start, offset = VNET_HDR.unpack_from(data)
+        if not flags & VNET_F_NEEDS_CSUM:
+            return data[VNET_HDR.size :]
+        packet = bytearray(data[VNET_HDR.size :])
+        complete_checksum(packet, start, offset, 17 if offset == 6 else 6)
+        return bytes(packet)
+
+    def _vnet_header(self, packet: bytes) -> tuple[bytes, bytes]:
+        """(virtio header, packet): GSO for a TCP packet above the MTU, else a zero header."""
+        if not self._offload or len(packet) <= self._mtu:
+            return _PLAIN_HDR, packet
+        try:
+            info = parse_packet(packet)
+        except MalformedPacket:
+            return _PLAIN_HDR, packet
+        thl = tcp_header_bytes(packet, info) if info.protocol == 6 and not info.is_fragment else 0
+        if not thl or info.l4_offset + thl >= self._mtu:
+            return _PLAIN_HDR, packet
+        headers = info.l4_offset + thl
+        gso = VNET_GSO_TCPV4 if info.version == IPV4 else VNET_GSO_TCPV6
+        out = bytearray(packet)
+        partial_tcp_checksum(out, info)
+        hdr = VNET_HDR.pack(
+            VNET_F_NEEDS_CSUM, gso, headers, self._mtu - headers, info.l4_offset, 16
+        )
+        return hdr, bytes(out)
+
     def write(self, packet: bytes) -> bool:
         try:
-            os.write(self._fd, packet)
+            if self._vnet:
+                os.writev(self._fd, self._vnet_header(packet))
+            else:
+                os.write(self._fd, packet)
         except OSError as exc:
             # EAGAIN/ENOBUFS under load, EIO when down, EINVAL for garbage: never wait.
             self._write_drops += 1
@@ -176,10 +279,13 @@ class MemoryTun:
     packet instead of it being stored (to wire a twin to something else).
     """
 
-    def __init__(self, name: str = "memtun0", *, capacity: int = 1024) -> None:
+    def __init__(
+        self, name: str = "memtun0", *, capacity: int = 1024, offload: bool = False
+    ) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
         self._name = name
+        self._offload = offload
         self.capacity = capacity
         self.written: collections.deque[bytes] = collections.deque()
         self.on_write: PacketHandler | None = None
@@ -196,6 +302,10 @@ class MemoryTun:
     @property
     def write_drops(self) -> int:
         return self._write_drops
+
+    @property
+    def offload(self) -> bool:
+        return self._offload
 
     @property
     def inject_drops(self) -> int:

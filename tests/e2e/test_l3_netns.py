@@ -16,6 +16,7 @@ rightly never does: forge packets as a compromised agent, or a router MTU below 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -105,7 +106,7 @@ class L3Lab:
         procs = [p for p in (self.gateway, self.agent_proc) if p]
         for dst in ("192.168.50.7", "fd00:50::7"):  # both routes are in, both ways
             wait_until(
-                lambda d=dst: ping(self.cloud, d, 1, timeout_s=0.3), 30, f"ping {dst}", procs=procs
+                functools.partial(ping, self.cloud, dst, 1, timeout_s=0.3), 30, dst, procs=procs
             )
 
     def _start_raven(self) -> None:
@@ -120,7 +121,14 @@ class L3Lab:
             "tunnel_listen": "10.0.9.1:10262",
             "admin_listen": "{}:{}".format(*GW_ADMIN),
             "proxy": {"http_listen": "127.0.0.1:10264", "tls_listeners": []},
-            "agents": [{"name": "site-a", "public_key": keys["agent"], "prefixes": EDGE_SUBNETS}],
+            "agents": [
+                {
+                    "name": "site-a",
+                    "public_key": keys["agent"],
+                    "prefixes": EDGE_SUBNETS,
+                    "nodes": ["edge-host"],
+                }
+            ],
             "tun": {"enabled": True, "name": "rvg0", "mtu": TUN_MTU},
         }
         agent = {
@@ -129,6 +137,7 @@ class L3Lab:
             "gateway_public_key": keys["gateway"],
             "name": "site-a",
             "subnets": [*EDGE_SUBNETS, UNAUTHORISED],
+            "nodes": {"edge-host": "192.168.50.7"},
             "admin_listen": "{}:{}".format(*AGENT_ADMIN),
             "reconnect": {"min_backoff_s": 0.2, "max_backoff_s": 1.0},
             "tun": {"enabled": True, "name": "rva0", "mtu": TUN_MTU, "routes": CLOUD_SUBNETS},
@@ -319,14 +328,16 @@ def test_iperf3_tcp_both_ways_without_mss_tweaks(raven_l3: L3Lab) -> None:
     assert t.metric("agent", "raven_l3_drops_total", reason="too_big") == 0
 
 
+EXPORTER = (
+    "import time,prometheus_client as p;g=p.Gauge('edge_l3_probe','probe');g.set(42);"
+    "p.start_http_server(9100,addr='192.168.50.7');time.sleep(600)"
+)
+
+
 @pytest.mark.e2e
 def test_prometheus_scrapes_edge_host_by_ip(raven_l3: L3Lab) -> None:
     t = raven_l3
-    exporter = (
-        "import time,prometheus_client as p;g=p.Gauge('edge_l3_probe','probe');g.set(42);"
-        "p.start_http_server(9100,addr='192.168.50.7');time.sleep(600)"
-    )
-    t.lab.process(t.edge, "exporter", [sys.executable, "-c", exporter], env=ENV)
+    t.lab.process(t.edge, "exporter", [sys.executable, "-c", EXPORTER], env=ENV)
     prom = Prometheus(
         t.lab,
         t.cloud,
@@ -336,6 +347,31 @@ def test_prometheus_scrapes_edge_host_by_ip(raven_l3: L3Lab) -> None:
     ).start()
     got = prom.wait_query("edge_l3_probe", bool, "edge host scraped by IP through L3")
     assert got[0]["value"][1] == "42"
+
+
+@pytest.mark.e2e
+def test_l7_scrapes_keep_flowing_while_l3_is_saturated(raven_l3: L3Lab) -> None:
+    t = raven_l3
+    t.lab.process(t.edge, "exporter", [sys.executable, "-c", EXPORTER], env=ENV)
+    t.edge.wait_for_port("192.168.50.7", 9100)
+    host = {"Host": "edge-host:9100"}  # DNS mode through the gateway's proxy: L7 streams
+    assert t.gw.http("127.0.0.1", 10264, "/metrics", headers=host).status == 200
+    srv = t.lab.process(t.edge, "iperf3-flood-server", ["iperf3", "-s", "-1", "-B", "192.168.50.7"])
+    wait_listening(t.edge, 5201, srv)
+    flood = ["iperf3", "-c", "192.168.50.7", "-t", "30", "-P", "8"]
+    client = t.lab.process(t.cloud, "iperf3-flood", flood)
+    time.sleep(1.0)
+    latencies = []
+    for _ in range(8):
+        start = time.monotonic()
+        result = t.gw.http("127.0.0.1", 10264, "/metrics", headers=host, timeout_s=5)
+        latencies.append(time.monotonic() - start)
+        assert result.status == 200 and b"edge_l3_probe 42.0" in result.body
+        time.sleep(0.3)
+    assert client.alive, "the flood should still be running during the scrapes"
+    assert max(latencies) < 2.0, latencies
+    print("scrape latencies under L3 flood (s):", [round(x, 3) for x in latencies])
+    client.stop()
 
 
 @pytest.mark.e2e

@@ -566,3 +566,18 @@ def test_ping_flood_without_reading_hits_the_control_limit() -> None:
         for _ in range(100):
             pair.gateway.receive_payload(pings, 0.0)
     assert info.value.code is CloseCode.LIMIT_EXCEEDED
+
+
+def test_datagram_queue_is_bounded_in_bytes_too() -> None:
+    from raven.protocol.limits import Limits
+    from raven.protocol.mux import Multiplexer
+
+    limits = Limits(max_queued_datagrams=1000, max_queued_datagram_bytes=200_000)
+    mux = Multiplexer(initiator=True, limits=limits, now=0.0)
+    packet = bytes(60_000)
+    accepted = [mux.send_datagram(packet) for _ in range(5)]
+    assert accepted == [True, True, True, False, False]
+    assert mux.stats.datagrams_dropped["queue_full"] == 2
+    while mux.next_payload() is not None:  # drained: room again
+        pass
+    assert mux.send_datagram(packet)
