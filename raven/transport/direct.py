@@ -2,16 +2,18 @@
 
 Used by tests and the demo in place of the agent registry: same :class:`StreamOpener` contract,
 same :class:`StreamOpenError` reasons, no tunnel. A node maps to a host (name or address) that is
-dialled with ``asyncio.open_connection``.
+dialled with ``loop.create_connection``; received data is queued (bounded) and
+handed out without copies.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import errno
 import socket
 from collections.abc import Collection, Mapping
+from typing import cast
 
 from raven.protocol.codes import StreamCode
 from raven.protocol.names import normalize_node_name
@@ -35,39 +37,127 @@ def _failure_of(exc: OSError) -> OpenFailure:
     return OpenFailure.TARGET_UNREACHABLE
 
 
-class DirectStream:
-    """A :class:`ByteStream` over an asyncio stream pair."""
+class _Protocol(asyncio.Protocol):
+    """Receive side of a :class:`DirectStream`: a bounded queue of received chunks.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+    Reading pauses once ``HIGH_WATER_BYTES`` are queued and resumes below ``LOW_WATER_BYTES``,
+    so a slow consumer holds at most about that much per stream. Chunks are handed out as
+    received, without copying.
+    """
+
+    HIGH_WATER_BYTES = 1 << 20
+    LOW_WATER_BYTES = 256 << 10
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.queued = 0
+        self.eof = False
+        self.lost = False
+        self.error: Exception | None = None
+        self.paused_reading = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._write_paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.queued += len(data)
+        if self.queued > self.HIGH_WATER_BYTES and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused_reading = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return True  # keep our sending side open (half-close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.error = exc
+        self._wake()
+        self._write_paused = False
+        self._wake_drain()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_drain(self) -> None:
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    async def wait_data(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        await self._waiter
+
+    async def drain(self) -> None:
+        if self._write_paused and not self.lost:
+            self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+
+
+class DirectStream:
+    """A :class:`ByteStream` over one TCP connection."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+        self._transport = transport
+        self._proto = protocol
         self._reset: StreamResetError | None = None
-        self._eof_read = False
         self._eof_written = False
 
+    def _broken(self) -> StreamResetError:
+        if self._reset is None:
+            exc = self._proto.error
+            detail = (str(exc) or type(exc).__name__) if exc else "connection closed"
+            self._reset = StreamResetError(StreamCode.TARGET_RESET, detail)
+        return self._reset
+
     async def read(self, max_bytes: int = 65536) -> bytes:
-        if self._reset is not None:
-            raise self._reset
-        try:
-            data = await self._reader.read(max_bytes)
-        except OSError as exc:
-            self._reset = StreamResetError(StreamCode.TARGET_RESET, str(exc) or type(exc).__name__)
-            raise self._reset from None
-        if self._reset is not None:
-            raise self._reset
-        if not data:
-            self._eof_read = True
-        return data
+        proto = self._proto
+        while True:
+            if self._reset is not None:
+                raise self._reset
+            if proto.chunks:
+                data = proto.chunks.popleft()
+                if len(data) > max_bytes:
+                    proto.chunks.appendleft(data[max_bytes:])
+                    data = data[:max_bytes]
+                proto.queued -= len(data)
+                if proto.paused_reading and proto.queued < proto.LOW_WATER_BYTES:
+                    proto.paused_reading = False
+                    self._transport.resume_reading()
+                return data
+            if proto.eof:
+                return b""
+            if proto.lost:
+                if proto.error is None:
+                    return b""
+                raise self._broken()
+            await proto.wait_data()
 
     async def write(self, data: bytes) -> None:
         if self._reset is not None:
             raise self._reset
-        try:
-            self._writer.write(data)
-            await self._writer.drain()
-        except OSError as exc:
-            self._reset = StreamResetError(StreamCode.TARGET_RESET, str(exc) or type(exc).__name__)
-            raise self._reset from None
+        if self._proto.lost or self._eof_written:
+            raise self._broken()
+        self._transport.write(data)
+        await self._proto.drain()
+        if self._proto.lost and self._proto.error is not None:
+            raise self._broken()
 
     async def write_eof(self) -> None:
         if self._reset is not None:
@@ -75,26 +165,22 @@ class DirectStream:
         if self._eof_written:
             return
         self._eof_written = True
-        try:
-            if self._writer.can_write_eof():
-                self._writer.write_eof()
-        except OSError as exc:
-            self._reset = StreamResetError(StreamCode.TARGET_RESET, str(exc) or type(exc).__name__)
-            raise self._reset from None
+        if self._proto.lost:
+            raise self._broken()
+        if self._transport.can_write_eof():
+            self._transport.write_eof()
 
     def reset(self, code: StreamCode, reason: str = "") -> None:
         if self._reset is None:
             self._reset = StreamResetError(code, reason)
-        self._writer.transport.abort()
+        self._transport.abort()
 
     async def aclose(self) -> None:
-        transport = self._writer.transport
+        """Close without waiting: the response is complete, the socket flushes on its own."""
         if self._reset is not None:
-            transport.abort()
-            return
-        transport.close()
-        with contextlib.suppress(OSError):
-            await self._writer.wait_closed()
+            self._transport.abort()
+        else:
+            self._transport.close()
 
 
 class DirectOpener:
@@ -124,7 +210,8 @@ class DirectOpener:
         timeout = max(0.0, min(timeout_s, self._connect_timeout_s))
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(address, port)
+                loop = asyncio.get_running_loop()
+                transport, protocol = await loop.create_connection(_Protocol, address, port)
         except TimeoutError:
             raise StreamOpenError(
                 OpenFailure.TARGET_TIMEOUT, f"connect to {name}:{port} timed out after {timeout}s"
@@ -140,4 +227,4 @@ class DirectOpener:
         except OSError as exc:
             failure = _failure_of(exc)
             raise StreamOpenError(failure, f"{name}:{port}: {exc.strerror or exc}") from None
-        return DirectStream(reader, writer)
+        return DirectStream(transport, protocol)

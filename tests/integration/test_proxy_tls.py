@@ -123,22 +123,31 @@ async def test_sni_listener_routes_by_server_name(
 
 async def test_stop_lets_in_flight_finish_and_closes_idle() -> None:
     async with serve_app(target_app()) as port:
-        registry = CollectorRegistry()
-        proxy = ProxyServer(direct(), proxy_config(), registry)
+        proxy = ProxyServer(direct(), proxy_config(), CollectorRegistry())
         await proxy.start()
         addr = proxy.http_address
-        idle_r, idle_w = await asyncio.open_connection(*addr)
-        busy_r, busy_w = await asyncio.open_connection(*addr)
-        busy_w.write(b"GET /proxy/edge-gpu-1:%d/slow?s=0.3 HTTP/1.1\r\n\r\n" % port)
-        await asyncio.sleep(0.05)
-        await proxy.stop(grace_s=3)
-        answer = await asyncio.wait_for(busy_r.read(-1), 2)
-        assert answer.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in answer
-        assert await asyncio.wait_for(idle_r.read(-1), 2) == b""
-        with pytest.raises(OSError):
-            await asyncio.open_connection(*addr)
-        idle_w.close()
-        busy_w.close()
+        writers: list[asyncio.StreamWriter] = []
+        try:
+            idle_r, idle_w = await asyncio.open_connection(*addr)
+            fresh_r, fresh_w = await asyncio.open_connection(*addr)  # never sends anything
+            busy_r, busy_w = await asyncio.open_connection(*addr)
+            writers += [idle_w, fresh_w, busy_w]
+            idle_w.write(b"GET /proxy/nope:1/ HTTP/1.1\r\n\r\n")  # idle after one request
+            assert (await idle_r.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 404")
+            assert (await idle_r.readline()).startswith(b"unknown_node")
+            busy_w.write(b"GET /proxy/edge-gpu-1:%d/slow?s=0.3 HTTP/1.1\r\n\r\n" % port)
+            await asyncio.sleep(0.05)
+            await proxy.stop(grace_s=3)
+            answer = await asyncio.wait_for(busy_r.read(-1), 2)
+            assert answer.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in answer
+            assert await asyncio.wait_for(idle_r.read(-1), 2) == b""
+            assert await asyncio.wait_for(fresh_r.read(-1), 2) == b""
+            with pytest.raises(OSError):
+                await asyncio.open_connection(*addr)
+        finally:
+            for w in writers:
+                w.close()
+            await proxy.stop(grace_s=0.5)
 
 
 async def test_stop_cancels_after_grace() -> None:
@@ -233,3 +242,39 @@ async def test_direct_stream_round_trip_half_close_and_reset() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_sni_listener_slow_client_hello_closed() -> None:
+    listeners = [TlsListener(listen="127.0.0.1:0", target_port=10250)]
+    async with running_proxy(direct(), tls_listeners=listeners, header_timeout_s=0.3) as (
+        proxy,
+        registry,
+        _,
+    ):
+        reader, writer = await asyncio.open_connection(*proxy.tls_addresses[0])
+        writer.write(b"\x16\x03\x01")  # a ClientHello that never completes
+        out = await asyncio.wait_for(reader.read(-1), 2)
+        writer.close()
+    assert out == b""
+    assert sample(registry, "raven_proxy_errors_total", reason="header_timeout") == 1
+
+
+def test_proxy_and_direct_opener_on_uvloop() -> None:
+    """Production runs on uvloop, whose transports are not asyncio's classes."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> tuple[int, bytes, bytes]:
+        async with (
+            serve_app(target_app()) as port,
+            running_proxy(direct()) as (_, _, base),
+            aiohttp.ClientSession() as s,
+        ):
+            async with s.get(f"{base}/proxy/edge-gpu-1:{port}/metrics") as r:
+                body = await r.read()
+            async with s.get(f"{base}/proxy/edge-gpu-1:{port}/chunked") as r:
+                chunked = await r.read()
+            return r.status, body, chunked
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        status, body, chunked = runner.run(scenario())
+    assert status == 200 and body == METRICS and chunked.endswith(b"line 49\n")

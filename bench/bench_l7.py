@@ -1,0 +1,383 @@
+"""L7 scrape-proxy benchmark: wrk on a 100 KB metrics page, on loopback.
+
+Paths compared (each middle box its own process, so CPU is measured per box from /proc):
+
+    direct:   wrk -> target (nginx serving a static 100 KB Prometheus text page)
+    nginx:    wrk -> nginx reverse proxy (proxy_pass, defaults) -> target      (the reference)
+    gateway:  wrk -> raven ProxyServer over DirectOpener (DNS mode) -> target
+    tunnel:   wrk -> `raven gateway` proxy ==tunnel==> `raven agent` -> target  (full path)
+
+Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the middle
+processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
+
+Usage: python bench/bench_l7.py [--seconds 5] [--conns 16 256] [--paths direct nginx gateway tunnel]
+Needs wrk and nginx (Debian/Ubuntu: apt-get install -y wrk nginx).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+NODE = "edge-bench"
+PAGE_BYTES = 100 * 1024
+ALL_PATHS = ("direct", "nginx", "gateway", "tunnel")
+
+
+def metrics_page() -> bytes:
+    lines: list[str] = []
+    size = i = 0
+    while size < PAGE_BYTES:
+        lines.append(
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i % 8}",UUID="GPU-{i:08x}",Hostname="{NODE}",'
+            f'pod="p{i}",namespace="ml"}} {i % 100}\n'
+        )
+        size += len(lines[-1])
+        i += 1
+    return ("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + "".join(lines)).encode()[:PAGE_BYTES]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its children (nginx master + workers)."""
+    out = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        for child in children.read_text().split():
+            out.extend(process_tree(int(child)))
+    return out
+
+
+def wait_port(port: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
+
+
+# ---------------------------------------------------------------- nginx
+
+NGINX_CONF = """
+daemon off;
+master_process on;
+worker_processes 1;
+user root;
+pid {dir}/nginx-{name}.pid;
+error_log {dir}/nginx-{name}.err warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/cb-{name};
+    proxy_temp_path {dir}/pt-{name};
+    fastcgi_temp_path {dir}/ft-{name};
+    uwsgi_temp_path {dir}/ut-{name};
+    scgi_temp_path {dir}/st-{name};
+    keepalive_requests 1000000;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        {body}
+    }}
+}}
+"""
+
+
+#: The reference hop: stock proxy_pass, buffers big enough that a 100 KB page never goes to a
+#: temp file, and like the agent a fresh upstream connection per request (no upstream keepalive).
+NGINX_PROXY = (
+    "location / {{ proxy_pass http://127.0.0.1:{port}; "
+    "proxy_buffer_size 16k; proxy_buffers 16 16k; proxy_busy_buffers_size 32k; }}"
+)
+
+
+def start_nginx(tmp: Path, name: str, port: int, body: str) -> subprocess.Popen[bytes]:
+    conf = tmp / f"nginx-{name}.conf"
+    conf.write_text(NGINX_CONF.format(dir=tmp, name=name, port=port, body=body))
+    proc = subprocess.Popen(["nginx", "-p", str(tmp), "-c", str(conf), "-e", "stderr"])
+    wait_port(port)
+    return proc
+
+
+# ---------------------------------------------------------------- raven processes
+
+
+async def role_proxy(listen_port: int, target_port: int) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from cloud_gateway.proxy import ProxyServer
+    from raven.config.gateway import ProxyConfig
+    from raven.transport.direct import DirectOpener
+
+    opener = DirectOpener({NODE: "127.0.0.1"}, [target_port])
+    config = ProxyConfig(http_listen=f"127.0.0.1:{listen_port}", tls_listeners=[])
+    server = ProxyServer(opener, config, CollectorRegistry())
+    await server.start()
+    await asyncio.Event().wait()
+
+
+def write_tunnel_configs(tmp: Path, target_port: int) -> tuple[Path, Path, int]:
+    from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
+
+    gw_key, agent_key = generate_private_key(), generate_private_key()
+    write_private_key_file(tmp / "gw.key", gw_key)
+    write_private_key_file(tmp / "agent.key", agent_key)
+    proxy_port, tunnel_port = free_port(), free_port()
+    gw = tmp / "gateway.yaml"
+    gw.write_text(
+        f"private_key_file: {tmp / 'gw.key'}\n"
+        f"tunnel_listen: 127.0.0.1:{tunnel_port}\n"
+        f"admin_listen: 127.0.0.1:{free_port()}\n"
+        "log: {level: warning}\n"
+        "proxy:\n"
+        f"  http_listen: 127.0.0.1:{proxy_port}\n"
+        "  tls_listeners: []\n"
+        "agents:\n"
+        f"  - name: bench-site\n    public_key: {encode_key(public_key(agent_key))}\n"
+        f"    nodes: [{NODE}]\n"
+    )
+    agent = tmp / "agent.yaml"
+    agent.write_text(
+        f"private_key_file: {tmp / 'agent.key'}\n"
+        f"gateway: 127.0.0.1:{tunnel_port}\n"
+        f"gateway_public_key: {encode_key(public_key(gw_key))}\n"
+        f"admin_listen: 127.0.0.1:{free_port()}\n"
+        "log: {level: warning}\n"
+        f"nodes: {{{NODE}: 127.0.0.1}}\n"
+        f"allowed_ports: [{target_port}]\n"
+    )
+    return gw, agent, proxy_port
+
+
+def wait_tunnel_up(proxy_port: int, target_port: int, timeout_s: float = 20.0) -> None:
+    """Until a scrape through the gateway answers 200 (the agent registered)."""
+    deadline = time.monotonic() + timeout_s
+    request = f"GET /metrics HTTP/1.1\r\nHost: {NODE}:{target_port}\r\nConnection: close\r\n\r\n"
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", proxy_port), timeout=2) as s:
+                s.sendall(request.encode())
+                if s.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the tunnel path never answered 200")
+
+
+# ---------------------------------------------------------------- wrk
+
+
+@dataclass
+class Result:
+    path: str
+    conns: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    cpu_cores: float
+    cpu_split: str
+    errors: str
+
+
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def _latency(out: str, pct: str) -> float:
+    match = re.search(rf"^\s*{pct}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+    return float(match.group(1)) * _UNITS[match.group(2)] if match else float("nan")
+
+
+def run_wrk(url: str, conns: int, seconds: float, host: str | None) -> tuple[str, float]:
+    cmd = [
+        "wrk",
+        f"-t{min(2, conns)}",
+        f"-c{conns}",
+        f"-d{seconds:g}s",
+        "--latency",
+        "--timeout",
+        "5s",
+    ]
+    if host:
+        cmd += ["-H", f"Host: {host}"]
+    started = time.monotonic()
+    out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
+    return out, time.monotonic() - started
+
+
+def measure(
+    path: str, url: str, conns: int, seconds: float, host: str | None, pids: list[int]
+) -> Result:
+    run_wrk(url, conns, 1, host)  # warm-up
+    before = [cpu_seconds(process_tree(p)) for p in pids]
+    out, wall = run_wrk(url, conns, seconds, host)
+    used = [(cpu_seconds(process_tree(p)) - b) / wall for p, b in zip(pids, before, strict=True)]
+    cpu = sum(used) if pids else float("nan")
+    split = " + ".join(f"{u:.2f}" for u in used) if len(used) > 1 else ""
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    errors = []
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        errors.append(f"{m.group(1)} non-2xx")
+    if m := re.search(r"Socket errors: (.*)", out):
+        errors.append(m.group(1).strip())
+    return Result(
+        path,
+        conns,
+        float(rps.group(1)) if rps else 0.0,
+        _latency(out, "50"),
+        _latency(out, "99"),
+        cpu,
+        split,
+        "; ".join(errors) or "-",
+    )
+
+
+# ---------------------------------------------------------------- main
+
+
+def markdown(results: list[Result]) -> str:
+    ref = {r.conns: r for r in results if r.path == "nginx"}
+    base = {r.conns: r for r in results if r.path == "direct"}
+    rows = [
+        "| path | conns | req/s | p50 ms | p99 ms | middle CPU, cores (gateway + agent) "
+        "| ratio to nginx | added p50 ms | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ratio = f"{r.rps / ref[r.conns].rps:.2f}" if r.conns in ref and ref[r.conns].rps else "-"
+        added = f"{r.p50_ms - base[r.conns].p50_ms:.2f}" if r.conns in base else "-"
+        cpu = "-" if r.cpu_cores != r.cpu_cores else f"{r.cpu_cores:.2f}"
+        cpu += f" ({r.cpu_split})" if r.cpu_split else ""
+        rows.append(
+            f"| {r.path} | {r.conns} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | {cpu} "
+            f"| {ratio} | {added} | {r.errors} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--conns", type=int, nargs="+", default=[1, 16, 256])
+    parser.add_argument("--paths", nargs="+", choices=ALL_PATHS, default=list(ALL_PATHS))
+    parser.add_argument("--role", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        import uvloop
+
+        uvloop.run(role_proxy(int(args.role[0]), int(args.role[1])))
+        return 0
+    missing = [tool for tool in ("wrk", "nginx") if shutil.which(tool) is None]
+    if missing:
+        print(f"missing {', '.join(missing)}: apt-get install -y wrk nginx", file=sys.stderr)
+        return 2
+    has_apps = (ROOT / "cloud_gateway/app.py").exists() and (ROOT / "edge_agent/app.py").exists()
+    paths = [p for p in args.paths if p != "tunnel" or has_apps]
+    procs: list[subprocess.Popen[bytes]] = []
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="raven-bench-l7-") as tmp_name:
+        tmp = Path(tmp_name)
+        tmp.chmod(0o755)
+        (tmp / "metrics").write_bytes(metrics_page())
+        target_port = free_port()
+        try:
+            target = start_nginx(
+                tmp,
+                "target",
+                target_port,
+                f"location = /metrics {{ root {tmp}; default_type text/plain; }}",
+            )
+            procs.append(target)
+            setups: dict[str, tuple[str, str | None, list[int]]] = {
+                "direct": (f"http://127.0.0.1:{target_port}/metrics", None, []),
+            }
+            host = f"{NODE}:{target_port}"
+            if "nginx" in paths:
+                port = free_port()
+                proxy = start_nginx(
+                    tmp,
+                    "proxy",
+                    port,
+                    NGINX_PROXY.format(port=target_port),
+                )
+                procs.append(proxy)
+                setups["nginx"] = (
+                    f"http://127.0.0.1:{port}/metrics",
+                    None,
+                    [proxy.pid],
+                )
+            if "gateway" in paths:
+                port = free_port()
+                gw = subprocess.Popen(
+                    [sys.executable, __file__, "--role", str(port), str(target_port)], cwd=ROOT
+                )
+                procs.append(gw)
+                wait_port(port)
+                setups["gateway"] = (f"http://127.0.0.1:{port}/metrics", host, [gw.pid])
+            if "tunnel" in paths:
+                gw_conf, agent_conf, port = write_tunnel_configs(tmp, target_port)
+                cli = [sys.executable, "-m", "raven.cli"]
+                gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT)
+                procs.append(gateway)
+                wait_port(port)
+                agent = subprocess.Popen([*cli, "agent", "-c", str(agent_conf)], cwd=ROOT)
+                procs.append(agent)
+                wait_tunnel_up(port, target_port)
+                setups["tunnel"] = (
+                    f"http://127.0.0.1:{port}/metrics",
+                    host,
+                    [gateway.pid, agent.pid],
+                )
+            for path in [p for p in ALL_PATHS if p in paths]:
+                url, host_header, pids = setups[path]
+                for conns in args.conns:
+                    results.append(measure(path, url, conns, args.seconds, host_header, pids))
+                    print(f"  {path} c={conns}: {results[-1].rps:,.0f} req/s", file=sys.stderr)
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    print(f"\nwrk, 100 KB page, {args.seconds:g} s per run, {os.cpu_count()} CPUs, loopback\n")
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""One client connection on the HTTP proxy listener: a keep-alive loop of requests.
+
+Bounds: the first request head must arrive within ``header_timeout_s`` of the accept, later ones
+within ``header_timeout_s`` of their first byte; an idle keep-alive connection closes after
+``idle_timeout_s``; a head over ``max_header_bytes`` gets 431. Parse errors close the connection;
+a failed target keeps it (the request was read completely) unless the request had a body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from cloud_gateway.proxy.context import READ_BYTES, UNKNOWN_MODE, ProxyContext, peer_name
+from cloud_gateway.proxy.errors import ErrorKind, HttpParseError, ProxyError, error_response
+from cloud_gateway.proxy.exchange import CutConnection, Exchange, open_target
+from cloud_gateway.proxy.heads import BodyKind, HeadReader, RequestHead, parse_request_head
+from cloud_gateway.proxy.relay import relay
+from cloud_gateway.proxy.target import Mode, Target, resolve_target
+
+_ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+
+
+class HttpConnection:
+    """Serves requests on one accepted connection until it should close."""
+
+    def __init__(
+        self, ctx: ProxyContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.ctx = ctx
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer_name(writer)
+        self.buf = HeadReader(ctx.config.max_header_bytes)
+        self.loop = asyncio.get_running_loop()
+
+    async def run(self) -> None:
+        deadline: float | None = self.loop.time() + self.ctx.config.header_timeout_s
+        while True:
+            head = await self._next_head(deadline)
+            if head is None:
+                return
+            if not await self._serve(head):
+                return
+            deadline = None
+
+    def _fail(self, exc: ProxyError, mode: str, node: str = "", *, close: bool) -> None:
+        self.ctx.record_error(exc, mode, self.peer, node)
+        if not self.writer.is_closing():
+            self.writer.write(error_response(exc.kind, exc.detail, close=close))
+
+    async def _next_head(self, deadline: float | None) -> bytes | None:
+        """The next request head, or None when the connection should close."""
+        try:
+            head = self.buf.next_head()
+            if head is None and deadline is None:
+                if not await self._wait_first_byte():
+                    return None
+                deadline = self.loop.time() + self.ctx.config.header_timeout_s
+                head = self.buf.next_head()
+            while head is None:
+                assert deadline is not None
+                data = await self._read_until(deadline)
+                if not data:
+                    return None
+                self.buf.feed(data)
+                head = self.buf.next_head()
+            return head
+        except TimeoutError:
+            detail = f"request head not received within {self.ctx.config.header_timeout_s:g}s"
+            self._fail(ProxyError(ErrorKind.HEADER_TIMEOUT, detail), UNKNOWN_MODE, close=True)
+            return None
+        except HttpParseError as exc:
+            self._fail(exc, UNKNOWN_MODE, close=True)
+            return None
+        except OSError:
+            return None
+
+    async def _read_until(self, deadline: float) -> bytes:
+        """Read more of a head; while nothing of it has arrived the connection counts as idle
+        (closed at once by a drain)."""
+        idle = not len(self.buf)
+        if idle:
+            if self.ctx.draining:
+                return b""
+            self.ctx.idle.add(self.writer)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self.reader.read(READ_BYTES)
+        finally:
+            if idle:
+                self.ctx.idle.discard(self.writer)
+
+    async def _wait_first_byte(self) -> bool:
+        """Idle between requests: False on EOF, idle timeout or drain."""
+        if len(self.buf):
+            return True
+        if self.ctx.draining:
+            return False
+        self.ctx.idle.add(self.writer)
+        try:
+            async with asyncio.timeout(self.ctx.config.idle_timeout_s):
+                data = await self.reader.read(READ_BYTES)
+        except TimeoutError:
+            return False
+        finally:
+            self.ctx.idle.discard(self.writer)
+        if not data:
+            return False
+        self.buf.feed(data)
+        return True
+
+    async def _serve(self, head: bytes) -> bool:
+        """Handle one request; True to keep the connection for the next one."""
+        try:
+            req = parse_request_head(head)
+        except HttpParseError as exc:
+            self._fail(exc, UNKNOWN_MODE, close=True)
+            return False
+        try:
+            target = resolve_target(req)
+        except ProxyError as exc:
+            mode = Mode.CONNECT.value if req.method == "CONNECT" else UNKNOWN_MODE
+            close = not req.keep_alive or req.body is not BodyKind.NONE or req.method == "CONNECT"
+            self._fail(exc, mode, close=close)
+            return not close
+        if target.mode is Mode.CONNECT:
+            await self._connect(target)
+            return False
+        return await self._forward(req, target)
+
+    async def _forward(self, req: RequestHead, target: Target) -> bool:
+        ctx = self.ctx
+        start = self.loop.time()
+        timeout_s = ctx.scrape_timeout(req.header(b"x-prometheus-scrape-timeout-seconds"))
+        close_on_error = not req.keep_alive or req.body is not BodyKind.NONE or ctx.draining
+        try:
+            stream = await open_target(ctx, target, timeout_s)
+        except ProxyError as exc:
+            self._fail(exc, target.mode.value, target.node, close=close_on_error)
+            return not close_on_error
+        remaining = timeout_s - (self.loop.time() - start)
+        exchange = Exchange(
+            ctx, reader=self.reader, writer=self.writer, buf=self.buf, req=req, target=target
+        )
+        try:
+            outcome = await exchange.run(stream, remaining)
+        except CutConnection as cut:
+            ctx.record_error(cut.error, target.mode.value, self.peer, target.node, cut.status)
+            ctx.metrics.response_bytes.inc(cut.response_bytes)
+            self.writer.transport.abort()
+            return False
+        except ProxyError as exc:
+            self._fail(exc, target.mode.value, target.node, close=True)
+            return False
+        ctx.metrics.request(target.mode.value, outcome.status)
+        ctx.metrics.response_bytes.inc(outcome.response_bytes)
+        ctx.metrics.observe(target.node, self.loop.time() - start)
+        return outcome.keep_alive
+
+    async def _connect(self, target: Target) -> None:
+        ctx = self.ctx
+        try:
+            stream = await open_target(ctx, target, ctx.config.default_timeout_s)
+        except ProxyError as exc:
+            self._fail(exc, Mode.CONNECT.value, target.node, close=True)
+            return
+        self.writer.write(_ESTABLISHED)
+        early = self.buf.take()
+        ctx.metrics.request(Mode.CONNECT.value, 200)
+        await relay(
+            ctx, self.reader, self.writer, stream, early=early, target=target, peer=self.peer
+        )

@@ -1,0 +1,83 @@
+"""The L7 proxy's metrics, on a registry passed in (never the global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from cloud_gateway.proxy.errors import ErrorKind
+
+#: Scrape latency buckets (seconds): loopback sub-millisecond up to long scrape timeouts.
+DURATION_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+class ProxyMetrics:
+    """Counters and histograms of the proxy listeners. Children are cached per label value."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "raven_proxy_requests_total",
+            "Requests and tunnelled connections handled by the proxy listeners, by mode and status",
+            ["mode", "code"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "raven_proxy_errors_total",
+            "Proxied requests that failed, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "raven_proxy_request_duration_seconds",
+            "Time from a request's head to the last byte of its response (scrape latency), by node",
+            ["node"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.active_connections = Gauge(
+            "raven_proxy_active_connections",
+            "Client connections open on the proxy listeners",
+            registry=registry,
+        )
+        self.response_bytes = Counter(
+            "raven_proxy_response_bytes_total",
+            "Bytes relayed from edge targets to clients (heads and bodies)",
+            registry=registry,
+        )
+        self._requests: dict[tuple[str, int], Counter] = {}
+        self._errors: dict[ErrorKind, Counter] = {}
+        self._durations: dict[str, Histogram] = {}
+
+    def request(self, mode: str, code: int) -> None:
+        child = self._requests.get((mode, code))
+        if child is None:
+            child = self._requests[(mode, code)] = self.requests.labels(mode, str(code))
+        child.inc()
+
+    def error(self, kind: ErrorKind) -> None:
+        child = self._errors.get(kind)
+        if child is None:
+            child = self._errors[kind] = self.errors.labels(kind.value)
+        child.inc()
+
+    def observe(self, node: str, seconds: float) -> None:
+        child = self._durations.get(node)
+        if child is None:
+            child = self._durations[node] = self.duration.labels(node)
+        child.observe(seconds)

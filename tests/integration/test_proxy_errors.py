@@ -1,0 +1,166 @@
+"""Every error status of the proxy: real targets over DirectOpener, and a failing registry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from raven.config.gateway import TlsListener
+from raven.transport.stream import OpenFailure
+from tests.integration.test_proxy_http import (
+    FailingOpener,
+    direct,
+    free_port,
+    no_leaked_tasks,
+    raw_exchange,
+    running_proxy,
+    sample,
+    target_port,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["no_leaked_tasks", "target_port"]
+
+
+async def _status(
+    base: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    async with aiohttp.ClientSession() as s, s.get(base + path, headers=headers or {}) as r:
+        return r.status, r.reason or "", (await r.text())
+
+
+async def test_error_statuses_from_direct_opener(target_port: int) -> None:
+    dead = free_port()
+    async with (
+        running_proxy(direct(port_allowed=target_port)) as (_, reg, base),
+        running_proxy(direct()) as (_, reg2, base2),
+    ):
+        cases = [
+            (base, f"/proxy/no-such-node:{target_port}/metrics", 404, "unknown_node"),
+            (base, f"/proxy/edge-gpu-1:{target_port + 1}/metrics", 403, "port_not_allowed"),
+            (base, f"/proxy/127.0.0.1:{target_port}/metrics", 400, "ip_literal"),
+            (base2, f"/proxy/edge-gpu-1:{dead}/metrics", 502, "target_refused"),
+        ]
+        for b, path, status, reason in cases:
+            got_status, phrase, body = await _status(b, path)
+            assert (got_status, body.split(":")[0]) == (status, reason), body
+            assert body.endswith("\n") and body.count("\n") == 1
+            assert phrase and phrase != "OK"
+        got = await _status(
+            base,
+            f"/proxy/edge-gpu-1:{target_port}/slow?s=5",
+            {"X-Prometheus-Scrape-Timeout-Seconds": "0.3"},
+        )
+        assert got[:2] == (504, "Scrape Timeout")
+    assert sample(reg, "raven_proxy_errors_total", reason="unknown_node") == 1
+    assert sample(reg, "raven_proxy_requests_total", mode="path", code="404") == 1
+    assert sample(reg, "raven_proxy_errors_total", reason="scrape_timeout") == 1
+    assert sample(reg2, "raven_proxy_errors_total", reason="target_refused") == 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "status", "phrase"),
+    [
+        (OpenFailure.NO_AGENT, 503, "No Agent Connected"),
+        (OpenFailure.BUSY, 503, "Gateway Busy"),
+        (OpenFailure.DRAINING, 503, "Draining"),
+        (OpenFailure.TARGET_UNREACHABLE, 502, "Target Unreachable"),
+        (OpenFailure.TARGET_TIMEOUT, 504, "Target Timeout"),
+    ],
+)
+async def test_error_statuses_from_registry(reason: OpenFailure, status: int, phrase: str) -> None:
+    async with (
+        running_proxy(FailingOpener(reason)) as (_, registry, base),
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as s,
+    ):
+        for _ in range(2):  # the connection stays usable after an error
+            async with s.get(f"{base}/metrics", headers={"Host": "edge-gpu-3:9400"}) as r:
+                assert (r.status, r.reason) == (status, phrase)
+                assert (await r.text()).startswith(reason.value + ": ")
+                assert r.headers["X-Raven-Error"] == reason.value
+    assert sample(registry, "raven_proxy_errors_total", reason=reason.value) == 2
+    assert sample(registry, "raven_proxy_requests_total", mode="dns", code=str(status)) == 2
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: a:1\r\nHost: b:1\r\n\r\n", 400),
+        (
+            b"POST / HTTP/1.1\r\nHost: a:1\r\nContent-Length: 3\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431),
+        (b"GET /m HTTP/1.1\r\nHost: 10.1.1.1:9100\r\nConnection: close\r\n\r\n", 400),
+    ],
+)
+async def test_bad_requests(data: bytes, status: int) -> None:
+    async with running_proxy(direct()) as (proxy, _, _):
+        out = await raw_exchange(proxy.http_address, data)
+    assert out.startswith(b"HTTP/1.1 %d " % status)
+    assert b"Connection: close" in out or status == 400
+
+
+async def test_slowloris_closed_after_header_timeout() -> None:
+    async with running_proxy(direct(), header_timeout_s=0.4) as (proxy, registry, _):
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        reader, writer = await asyncio.open_connection(*proxy.http_address)
+
+        async def trickle() -> None:
+            writer.write(b"GET / HTTP/1.1\r\n")
+            for _ in range(30):
+                await asyncio.sleep(0.1)
+                writer.write(b"X-A: b\r\n")
+
+        sender = asyncio.create_task(trickle())
+        try:
+            out = await asyncio.wait_for(reader.read(-1), 3)
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            writer.close()
+        elapsed = loop.time() - start
+        silent = await raw_exchange(proxy.http_address, b"")
+    assert elapsed < 1.0
+    assert out.startswith(b"HTTP/1.1 408 ")
+    assert silent.startswith(b"HTTP/1.1 408 ")
+    assert sample(registry, "raven_proxy_errors_total", reason="header_timeout") == 2
+
+
+async def test_idle_keep_alive_connection_closed() -> None:
+    async with running_proxy(direct(), idle_timeout_s=0.2) as (proxy, _, _):
+        reader, writer = await asyncio.open_connection(*proxy.http_address)
+        writer.write(b"GET /proxy/nope:1/ HTTP/1.1\r\n\r\n")
+        out = await asyncio.wait_for(reader.read(-1), 2)
+        writer.close()
+    assert out.startswith(b"HTTP/1.1 404 ")
+
+
+async def test_busy_when_max_connections_reached(target_port: int) -> None:
+    async with running_proxy(direct(), max_connections=1, header_timeout_s=0.3) as (
+        proxy,
+        registry,
+        _,
+    ):
+        holder_r, holder_w = await asyncio.open_connection(*proxy.http_address)
+        holder_w.write(b"GET /proxy/edge-gpu-1:%d/slow?s=1 HTTP/1.1\r\n\r\n" % target_port)
+        await asyncio.sleep(0.05)
+        out = await raw_exchange(proxy.http_address, b"")
+        assert out.startswith(b"HTTP/1.1 503 Gateway Busy")
+        first = await asyncio.wait_for(holder_r.readuntil(b"late\n"), 3)
+        holder_w.close()
+    assert first.startswith(b"HTTP/1.1 200 OK")
+    assert sample(registry, "raven_proxy_errors_total", reason="busy") == 1
+
+
+async def test_tls_listener_config_keeps_http_listener_working(target_port: int) -> None:
+    listeners = [TlsListener(listen="127.0.0.1:0", target_port=10250)]
+    async with running_proxy(direct(), tls_listeners=listeners) as (proxy, _, base):
+        assert len(proxy.tls_addresses) == 1 and proxy.tls_addresses[0][1] > 0
+        status, _, _ = await _status(base, f"/proxy/edge-gpu-1:{target_port}/metrics")
+        assert status == 200
