@@ -282,7 +282,7 @@ async def _run(args: argparse.Namespace) -> int:
     runner: web.AppRunner | None = None
     if args.admin_listen != "off":
         host, port = _listen(args.admin_listen)
-        runner = web.AppRunner(admin_app(generator), access_log=None)
+        runner = web.AppRunner(admin_app(generator), access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
         log.info("admin listening on %s:%d", host, port)

@@ -224,7 +224,9 @@ class GpuExporter:
         if self._task is not None:
             raise RuntimeError("exporter already started")
         await self.collect_once()
-        runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            self.make_app(), access_log=None, handle_signals=False, shutdown_timeout=2.0
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host or None, self.port, reuse_address=True)
         try:

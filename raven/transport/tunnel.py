@@ -187,6 +187,7 @@ class Tunnel(asyncio.Protocol):
         self._write_resumed.set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flush = False
+        self._flush_scheduled = False
         self._no_streams = asyncio.Event()
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -225,7 +226,7 @@ class Tunnel(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._write_paused = False
         self._write_resumed.set()
-        self._flush()
+        self._flush_now()
 
     # ------------------------------------------------------------ public API
     async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
@@ -335,7 +336,16 @@ class Tunnel(asyncio.Protocol):
         self._arm_timer()
 
     def _flush(self) -> None:
-        if self._in_flush or self.transport is None:
+        """Schedule one write of everything pending for this loop turn: calls made in the
+        same turn (stream writes, credits, accepts) share records and one syscall."""
+        if self._flush_scheduled or self.transport is None:
+            return
+        self._flush_scheduled = True
+        self.loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_scheduled = False
+        if self._in_flush or self.transport is None or self.closed.done():
             return
         self._in_flush = True
         try:
@@ -347,8 +357,8 @@ class Tunnel(asyncio.Protocol):
                 self.transport.write(data)
         finally:
             self._in_flush = False
-        self._no_streams = asyncio.Event()
         self._process_events()
+        self._arm_timer()
 
     def _arm_timer(self) -> None:
         when = self.conn.get_timer()
