@@ -17,13 +17,16 @@ from collections.abc import Collection, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from raven.protocol.codes import StreamCode
+from raven.protocol.limits import Limits
 from raven.protocol.names import normalize_node_name
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel import TunnelStream
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES = 64 * 1024
+#: Reads from the target: a whole number of the tunnel's largest frames, so a read never
+#: leaves a tiny tail frame (and record) behind.
+READ_CHUNK_BYTES = 4 * Limits().max_frame_payload_bytes
 _UNREACHABLE_ERRNOS = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
 
 
