@@ -3,7 +3,6 @@ optional L3 router, admin API."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -16,6 +15,7 @@ from raven.admin import AdminServer
 from raven.config.gateway import GatewayConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
+from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel
 
 log = logging.getLogger(__name__)
@@ -138,18 +138,7 @@ class GatewayApp:
 
 async def run_gateway(config: GatewayConfig) -> int:
     """Run until SIGINT/SIGTERM, then drain."""
-    import signal
-
-    app = GatewayApp(config)
-    await app.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("gateway draining")
-    await app.stop()
-    return 0
+    return await run_until_signalled(GatewayApp(config), "gateway")
 
 
 __all__ = ["GatewayApp", "decode_key", "run_gateway"]

@@ -3,7 +3,6 @@ optional Kubernetes node source, L3 forwarder and GPU exporter."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -16,6 +15,7 @@ from raven.admin import AdminServer
 from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
+from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel
 
 log = logging.getLogger(__name__)
@@ -146,15 +146,4 @@ class AgentApp:
 
 async def run_agent(config: AgentConfig) -> int:
     """Run until SIGINT/SIGTERM, then drain."""
-    import signal
-
-    app = AgentApp(config)
-    await app.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("agent stopping")
-    await app.stop()
-    return 0
+    return await run_until_signalled(AgentApp(config), "agent")
