@@ -10,6 +10,7 @@ from collections.abc import Callable
 from cloud_gateway.registry import AgentSession, Registry
 from raven.config.common import parse_hostport
 from raven.config.gateway import AuthorisedAgent
+from raven.logthrottle import LogThrottle
 from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode
@@ -50,6 +51,7 @@ class TunnelListener:
         self.replay_guard = ReplayGuard()
         self.rate = RateLimiter(rate_per_s=handshake_rate_per_s, burst=handshake_burst)
         self.tunnels: set[Tunnel] = set()
+        self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
         self.datagram_sinks: dict[Tunnel, Callable[[bytes], None]] = {}
         self._server: asyncio.Server | None = None
@@ -89,7 +91,13 @@ class TunnelListener:
         if self.rate.allow(host, time.monotonic()):
             return True
         self.metrics.handshakes.labels("rate_limited").inc()
-        log.warning("handshake rate limited peer=%s", tunnel.peer)
+        self.log_throttle.log(
+            log,
+            logging.WARNING,
+            "handshake rate limited",
+            "handshake rate limited peer=%s",
+            tunnel.peer,
+        )
         return False
 
     def _on_event(self, tunnel: Tunnel, event: ev.Event) -> None:
@@ -146,10 +154,24 @@ class TunnelListener:
             # never authenticated: one line, a metric, no answer was given
             if event.code is CloseCode.AUTH_FAILED:
                 self.metrics.handshakes.labels(event.reason or "rejected").inc()
-                log.warning("handshake rejected peer=%s reason=%s", tunnel.peer, event.reason)
+                self.log_throttle.log(
+                    log,
+                    logging.WARNING,
+                    f"handshake rejected {event.reason}",
+                    "handshake rejected peer=%s reason=%s",
+                    tunnel.peer,
+                    event.reason,
+                )
             elif event.code is not CloseCode.LIMIT_EXCEEDED:
                 self.metrics.handshakes.labels("failed").inc()
-                log.info("handshake failed peer=%s reason=%s", tunnel.peer, event.reason)
+                self.log_throttle.log(
+                    log,
+                    logging.INFO,
+                    "handshake failed",
+                    "handshake failed peer=%s reason=%s",
+                    tunnel.peer,
+                    event.reason,
+                )
             return
         self._sample(tunnel, session.agent.name)
         self._samplers.pop(tunnel, None)

@@ -170,9 +170,14 @@ class GatewayLink:
             await loop.create_connection(lambda: tunnel, self.address, self.port)
             try:
                 await tunnel.handshake
-            except ConnectionError:
+            except ConnectionError as exc:
                 self.metrics.handshakes.labels("failed").inc()
-                raise
+                # the gateway answers nothing useful on purpose; say what it can mean
+                raise ConnectionError(
+                    f"{exc}: handshake got no answer (gateway_public_key wrong, this agent's key"
+                    " not authorised, clock went backwards, or handshakes rate limited: see the"
+                    " gateway's raven_handshakes_total)"
+                ) from None
         self.metrics.handshakes.labels("ok").inc()
         self.tunnel = tunnel
         self.sampler = StatsSampler(self.metrics, self.label)
