@@ -14,13 +14,21 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="run gateway + edge agents + simulated GPU nodes on loopback",
         description="The whole scrape path on loopback, no external services. Ctrl-C stops.",
     )
-    p.add_argument("--check", action="store_true",
-                   help="scrape every node in every addressing mode, print a summary, exit "
-                        "non-zero on any failure")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="scrape every node in every addressing mode, print a summary, exit "
+        "non-zero on any failure",
+    )
     p.add_argument("--sites", type=int, default=2, help="edge sites (agents)")
     p.add_argument("--nodes-per-site", type=int, default=3, help="simulated GPU nodes per site")
-    p.add_argument("--base-port", type=int, default=None,
-                   help="tunnel port; proxy is +2, admin +3 (default: free ports)")
+    p.add_argument(
+        "--base-port",
+        type=int,
+        default=None,
+        help="tunnel port; proxy is +2, admin +3 (default: 10262 for the live demo, "
+        "free ports for --check; 0 for free ports)",
+    )
     p.add_argument("--duration-s", type=float, default=None, help="stop after this long")
     p.add_argument("--workdir", type=Path, default=None, help="keys and hosts file go here")
     p.set_defaults(func=main)
@@ -32,16 +40,24 @@ def main(args: argparse.Namespace) -> int:
     from raven.demo.runner import run_demo, workdir_default
     from raven.demo.topology import build_topology
     from raven.logs import setup_logging
+    from raven.protocol.constants import DEFAULT_TUNNEL_PORT
 
     setup_logging("warning")
     workdir: Path = args.workdir or workdir_default()
+    base_port = args.base_port
+    if base_port is None and not args.check:
+        base_port = DEFAULT_TUNNEL_PORT
     topology = build_topology(
-        workdir, sites=args.sites, nodes_per_site=args.nodes_per_site, base_port=args.base_port
-    )
+        workdir, sites=args.sites, nodes_per_site=args.nodes_per_site,
+        base_port=base_port or None,
+    )  # fmt: skip
     try:
         return run_async(run_demo(topology, check=args.check, duration_s=args.duration_s))
     except KeyboardInterrupt:
         return 0
+    except OSError as exc:
+        print(f"raven demo: {exc}; is another demo or gateway running? try --base-port 0")
+        return 1
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

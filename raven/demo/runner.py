@@ -248,8 +248,9 @@ Prometheus scrape configs (one per addressing mode):
   - job_name: path-mode
     static_configs: [{{targets: ["{first}:9400"]}}]
     relabel_configs:
-      - {{source_labels: [__address__], target_label: __metrics_path__,
-         replacement: /proxy/$1/metrics}}
+      - {{source_labels: [__address__, __metrics_path__], regex: "(.+);(.*)",
+         target_label: __metrics_path__, replacement: "/proxy/${{1}}${{2}}"}}
+      - {{source_labels: [__address__], target_label: instance}}
       - {{target_label: __address__, replacement: "{host}:{proxy}"}}
 
 Try:
