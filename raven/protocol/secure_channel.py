@@ -104,8 +104,8 @@ def _describe_bad_magic(start: bytes) -> str:
     return f"not a Raven tunnel client: expected magic {MAGIC!r}, got {start!r}"
 
 
-def _accept_any(_key: bytes) -> bool:
-    return True
+def _refuse_all(_key: bytes) -> bool:
+    return False
 
 
 class SecureChannel:
@@ -114,8 +114,8 @@ class SecureChannel:
     Initiator: needs ``remote_static`` (the gateway's public key) and
     ``wall_time_ns`` (Unix ns, for the replay timestamp); MAGIC and message 1
     are queued at construction. Responder: ``authorize(remote_static)`` decides
-    whether an agent key is known (``None`` accepts every key: tests only, the
-    gateway always passes one); ``replay_guard`` should be shared by all
+    whether an agent key is known and is required (fail closed: there is no
+    accept-everything default); ``replay_guard`` should be shared by all
     connections of a listener (``None`` makes a private one).
     """
 
@@ -138,7 +138,9 @@ class SecureChannel:
         self._limits = limits
         self._static_private = bytes(static_private)
         self._psk = bytes(psk)
-        self._authorize = authorize if authorize is not None else _accept_any
+        if role is Role.RESPONDER and authorize is None:
+            raise ValueError("a responder needs authorize(): which agent keys are known")
+        self._authorize = authorize if authorize is not None else _refuse_all
         self._replay_guard = replay_guard if replay_guard is not None else ReplayGuard()
         self._remote_static: bytes | None = None
         self._pending: InitiatorHandshake | None = None

@@ -448,3 +448,10 @@ def test_initiator_talking_to_an_http_server_gets_a_hint() -> None:
     with pytest.raises(HandshakeRejected, match="really a Raven tunnel port") as info:
         agent.receive_data(b"HTTP/1.1 400 Bad Request\r\n\r\n", 100.0)
     assert info.value.reason == "malformed"
+
+
+def test_responder_without_authorize_is_refused() -> None:
+    import pytest as _pytest
+
+    with _pytest.raises(ValueError, match="authorize"):
+        SecureChannel(role=Role.RESPONDER, static_private=GW_PRIV, limits=Limits(), now=0.0)
