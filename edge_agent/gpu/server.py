@@ -200,7 +200,9 @@ class GpuExporter:
     def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/metrics", self._handle_metrics)
-        app.router.add_get("/health", self._handle_health)
+        app.router.add_get("/health", self._handle_health)  # dcgm-exporter's name
+        app.router.add_get("/healthz", self._handle_alive)  # the project's contract
+        app.router.add_get("/readyz", self._handle_health)
         app.router.add_get("/", self._handle_index)
         return app
 
@@ -213,6 +215,9 @@ class GpuExporter:
     async def _handle_health(self, request: web.Request) -> web.StreamResponse:
         ok, reason = self.health()
         return web.Response(status=200 if ok else 503, text=reason + "\n")
+
+    async def _handle_alive(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok\n")
 
     async def _handle_index(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=_INDEX_HTML, content_type="text/html")

@@ -148,6 +148,9 @@ async def test_failed_collection_keeps_last_snapshot(
         assert errors and errors[0] >= 2
         status, _, text = await get(http, ex, "/health")
         assert status == 503 and b"driver wedged" in text
+        # the project-wide probes: alive, but not ready while collection fails
+        assert (await get(http, ex, "/readyz"))[0] == 503
+        assert (await get(http, ex, "/healthz"))[0] == 200
         backend.fail = False
         await asyncio.sleep(0.2)
         status, _, _ = await get(http, ex, "/health")
