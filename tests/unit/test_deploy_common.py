@@ -180,13 +180,21 @@ def is_l3_container(c: dict[str, Any]) -> bool:
     return "NET_ADMIN" in c.get("securityContext", {}).get("capabilities", {}).get("add", [])
 
 
+#: The only workload that runs as root (see deploy/kustomize/gpu-exporter/daemonset.yaml).
+GPU_EXPORTER = "raven-gpu-exporter"
+
+
 def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
     """Security contexts, probes, resources and key handling of every workload."""
     for w in workloads(objs):
         name = w["metadata"]["name"]
         spec = pod_spec(w)
         pod_sc = spec.get("securityContext", {})
-        assert pod_sc.get("runAsNonRoot") is True, name
+        gpu = name == GPU_EXPORTER
+        if gpu:  # root for pod-resources and /proc of other pods, like dcgm-exporter
+            assert pod_sc.get("runAsUser") == 0 and spec.get("hostPID") is True, name
+        else:
+            assert pod_sc.get("runAsNonRoot") is True, name
         assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", name
         assert "fsGroup" not in pod_sc, f"{name}: fsGroup makes key files group-readable"
         for c in spec.get("initContainers", []) + spec["containers"]:
@@ -213,11 +221,18 @@ def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
                 assert tun["hostPath"] == {"path": "/dev/net/tun", "type": "CharDevice"}
             else:
                 assert not added, f"{where}: L7 needs no capability"
-                assert sc.get("runAsUser", 10001) != 0, where
+                assert gpu or sc.get("runAsUser", 10001) != 0, where
         for v in spec.get("volumes", []):
             if "secret" in v:
                 assert v["secret"]["defaultMode"] == 0o400, f"{name}: secret {v['name']}"
-            if "hostPath" in v:
+            if "hostPath" in v and gpu:
+                assert v["hostPath"]["path"] == "/var/lib/kubelet/pod-resources", name
+                mount = next(
+                    m for c in spec["containers"] for m in c["volumeMounts"]
+                    if m["name"] == v["name"]
+                )  # fmt: skip
+                assert mount["readOnly"] is True, f"{name}: pod-resources mounted read-write"
+            elif "hostPath" in v:
                 assert l3 and v["name"] == "dev-net-tun", f"{name}: hostPath {v['name']}"
         if spec.get("initContainers"):
             check_key_copy(w)

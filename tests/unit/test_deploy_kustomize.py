@@ -38,7 +38,7 @@ from tests.unit.test_deploy_common import (
 )
 
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
-BUILDS = ["base", "overlays/example", "overlays/l3"]
+BUILDS = ["base", "overlays/example", "overlays/l3", "gpu-exporter"]
 SUPPORTED = {
     "apiVersion",
     "kind",
@@ -414,7 +414,7 @@ def test_hosts_generator_rbac_and_arguments_fit_together() -> None:
     assert vol["configMap"]["items"][0]["key"] == args.configmap_key
 
 
-@pytest.mark.parametrize("name", BUILDS)
+@pytest.mark.parametrize("name", ["base", "overlays/example", "overlays/l3"])
 def test_service_monitors_select_a_service_port(name: str) -> None:
     objs = build(KUSTOMIZE / name)
     monitors = [o for o in objs if o["kind"] == "ServiceMonitor"]
@@ -513,3 +513,17 @@ def test_hosts_generator_manifests_shipped_with_it_are_valid_and_agree() -> None
     assert block is not None
     indented = "\n".join("    " + line for line in block.group(0).splitlines())
     assert indented in corefile
+
+
+def test_gpu_exporter_daemonset_serves_the_node_port_with_the_real_cli() -> None:
+    """Scraped as <node>:9400 like dcgm-exporter: host network, port 9400, args the CLI accepts."""
+    from raven.cli import build_parser
+
+    (ds,) = [o for o in build(KUSTOMIZE / "gpu-exporter") if o["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    (container,) = spec["containers"]
+    assert container["ports"][0]["containerPort"] == 9400
+    args = build_parser().parse_args(container["args"])
+    assert args.kubernetes is True
+    assert {e["name"] for e in container["env"]} >= {"NODE_NAME", "NVIDIA_VISIBLE_DEVICES"}
