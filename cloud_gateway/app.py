@@ -3,18 +3,23 @@ optional L3 router, admin API."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from cloud_gateway.registry import AgentSession, Registry
 from cloud_gateway.tunnel_listener import TunnelListener
 from raven.admin import AdminServer
-from raven.config.gateway import GatewayConfig
-from raven.keys import decode_key, read_private_key_file
+from raven.config.gateway import GatewayConfig, load_gateway_config
+from raven.config.loader import ConfigError
+from raven.keys import KeyError_, decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
+from raven.protocol.codes import CloseCode
 from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel
 
@@ -55,11 +60,17 @@ class GatewayApp:
         self.draining = False
         self.proxy: Any = None
         self.l3: Any = None
-        Gauge(
+        self.authorised_agents = Gauge(
             "raven_gateway_authorised_agents",
             "Agent keys in the gateway configuration.",
             registry=self.metrics_registry,
-        ).set(len(config.agents))
+        )
+        self.authorised_agents.set(len(config.agents))
+        self.reloads = Counter(
+            "raven_gateway_config_reloads_total",
+            "Config reloads that changed the authorised agents.",
+            registry=self.metrics_registry,
+        )
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -108,6 +119,31 @@ class GatewayApp:
             await self.l3.stop()
         await self.admin.stop()
 
+    def reload(self, config: GatewayConfig) -> None:
+        """Apply a changed config file. The authorised agents take effect at once: a removed
+        or changed agent's tunnels are closed (it reconnects under the new rules, or is
+        refused). Other fields need a restart; they are named in the log."""
+        restart_needed = [
+            f.name
+            for f in dataclasses.fields(GatewayConfig)
+            if f.name != "agents" and getattr(config, f.name) != getattr(self.config, f.name)
+        ]
+        if restart_needed:
+            log.warning("config reload: restart needed for fields=%s", ",".join(restart_needed))
+        if config.agents == self.config.agents:
+            log.info("config reload: authorised agents unchanged")
+            self.config = dataclasses.replace(self.config, agents=config.agents)
+            return
+        stale = self.registry.update_agents(config.agents)
+        self.config = dataclasses.replace(self.config, agents=config.agents)
+        self.authorised_agents.set(len(config.agents))
+        for session in stale:
+            log.info("config reload: closing tunnel agent=%s (authorisation changed)",
+                     session.agent.name)  # fmt: skip
+            session.tunnel.close(CloseCode.REPLACED, "authorisation changed by a config reload")
+        log.info("config reload: agents=%d closed=%d", len(config.agents), len(stale))
+        self.reloads.inc()
+
     # ------------------------------------------------------------ admin
     def _ready(self) -> tuple[bool, str]:
         if self.draining:
@@ -136,9 +172,21 @@ class GatewayApp:
         return web.json_response(self.registry.targets_json(int(raw)))
 
 
-async def run_gateway(config: GatewayConfig) -> int:
-    """Run until SIGINT/SIGTERM, then drain."""
-    return await run_until_signalled(GatewayApp(config), "gateway")
+async def run_gateway(config: GatewayConfig, config_path: str | Path | None = None) -> int:
+    """Run until SIGINT/SIGTERM, then drain. With ``config_path``, SIGHUP or a change of the
+    file (a Kubernetes ConfigMap update) reloads the authorised agents."""
+    app = GatewayApp(config)
+    reload: Callable[[], None] | None = None
+    if config_path is not None:
+        path = Path(config_path)
+
+        def reload() -> None:
+            try:
+                app.reload(load_gateway_config(path))
+            except (ConfigError, KeyError_) as exc:
+                log.error("config reload refused, keeping the running config: %s", exc)
+
+    return await run_until_signalled(app, "gateway", reload=reload, watch=config_path)
 
 
 __all__ = ["GatewayApp", "decode_key", "run_gateway"]

@@ -102,6 +102,19 @@ class Registry:
         self.seen_nodes: set[str] = set()  # nodes ever registered (-> no_agent, not unknown)
         self.on_change = on_change
 
+    def update_agents(self, agents: list[AuthorisedAgent]) -> list[AgentSession]:
+        """Replace the authorised agents (config reload). Returns the live sessions whose
+        key was removed or whose authorisation changed: the caller closes them, and the
+        agent reconnects and registers again under the new rules."""
+        self.by_key = {a.public_key_bytes: a for a in agents}
+        stale = []
+        for session in self.sessions.values():
+            current = self.by_key.get(session.agent.public_key_bytes)
+            if current != session.agent:
+                stale.append(session)
+        self._changed()
+        return stale
+
     # ------------------------------------------------------------ identity
     def authorize(self, public_key: bytes) -> bool:
         return public_key in self.by_key

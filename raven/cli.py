@@ -55,7 +55,7 @@ def _gateway(args: argparse.Namespace) -> int:
     setup_logging(config.log.level, config.log.format)
     from cloud_gateway.app import run_gateway
 
-    return _run_service("gateway", lambda: run_gateway(config))
+    return _run_service("gateway", lambda: run_gateway(config, args.config))
 
 
 def _agent(args: argparse.Namespace) -> int:

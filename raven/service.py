@@ -1,13 +1,22 @@
-"""Running a long-lived process: start, wait for SIGINT/SIGTERM, stop gracefully."""
+"""Running a long-lived process: start, wait for SIGINT/SIGTERM, stop gracefully; reload
+on SIGHUP or when a watched config file changes."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
+from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+#: How often a watched config file is checked (a Kubernetes ConfigMap volume is updated in
+#: place by the kubelet, through a symlink swap, with no signal).
+WATCH_INTERVAL_S = 5.0
 
 
 class Service(Protocol):
@@ -15,14 +24,51 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
-async def run_until_signalled(service: Service, name: str) -> int:
-    """Start ``service``, wait for SIGINT or SIGTERM, then stop it (its drain included)."""
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file (or the symlink it is reached through) is replaced."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+async def watch_file(path: Path, on_change: Callable[[], None], interval_s: float) -> None:
+    last = file_stamp(path)
+    while True:
+        await asyncio.sleep(interval_s)
+        stamp = file_stamp(path)
+        if stamp is not None and stamp != last:
+            last = stamp
+            log.info("config file changed path=%s", path)
+            on_change()
+
+
+async def run_until_signalled(
+    service: Service,
+    name: str,
+    *,
+    reload: Callable[[], None] | None = None,
+    watch: str | Path | None = None,
+    watch_interval_s: float = WATCH_INTERVAL_S,
+) -> int:
+    """Start ``service``, wait for SIGINT or SIGTERM, then stop it (its drain included).
+    ``reload`` runs on SIGHUP and, with ``watch``, whenever that file changes."""
     await service.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    watcher: asyncio.Task[None] | None = None
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, reload)
+        if watch is not None:
+            watcher = asyncio.create_task(watch_file(Path(watch), reload, watch_interval_s))
     await stop.wait()
     log.info("%s stopping", name)
+    if watcher is not None:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
     await service.stop()
     return 0
