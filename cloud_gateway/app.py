@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
+from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.registry import AgentSession, Registry
 from cloud_gateway.tunnel_listener import TunnelListener
 from raven.admin import AdminServer
@@ -60,17 +61,8 @@ class GatewayApp:
         self.draining = False
         self.proxy: Any = None
         self.l3: Any = None
-        self.authorised_agents = Gauge(
-            "raven_gateway_authorised_agents",
-            "Agent keys in the gateway configuration.",
-            registry=self.metrics_registry,
-        )
-        self.authorised_agents.set(len(config.agents))
-        self.reloads = Counter(
-            "raven_gateway_config_reloads_total",
-            "Config reloads that changed the authorised agents.",
-            registry=self.metrics_registry,
-        )
+        self.gateway_metrics = GatewayMetrics(self.metrics_registry)
+        self.gateway_metrics.authorised_agents.set(len(config.agents))
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -136,13 +128,13 @@ class GatewayApp:
             return
         stale = self.registry.update_agents(config.agents)
         self.config = dataclasses.replace(self.config, agents=config.agents)
-        self.authorised_agents.set(len(config.agents))
+        self.gateway_metrics.authorised_agents.set(len(config.agents))
         for session in stale:
             log.info("config reload: closing tunnel agent=%s (authorisation changed)",
                      session.agent.name)  # fmt: skip
             session.tunnel.close(CloseCode.REPLACED, "authorisation changed by a config reload")
         log.info("config reload: agents=%d closed=%d", len(config.agents), len(stale))
-        self.reloads.inc()
+        self.gateway_metrics.reloads.inc()
 
     # ------------------------------------------------------------ admin
     def _ready(self) -> tuple[bool, str]:

@@ -21,7 +21,9 @@ from coredns_hosts.metrics import HostsMetrics
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.proxy.metrics import ProxyMetrics
+from edge_agent.relay import RelayMetrics
 from raven.l3.metrics import L3Metrics
 from raven.metrics import TunnelMetrics
 
@@ -57,6 +59,8 @@ def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     ProxyMetrics(registry)
     L3Metrics(registry).traffic("to_agent", "site-a").count(100)  # a custom collector: a sample
     HostsMetrics(registry)
+    GatewayMetrics(registry)
+    RelayMetrics(registry)
     out: dict[str, tuple[str, set[str]]] = {}
     for collector in list(registry._collector_to_names):
         if isinstance(collector, MetricWrapperBase):
