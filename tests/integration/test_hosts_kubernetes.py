@@ -23,7 +23,7 @@ from coredns_hosts.sources.kubernetes import KubernetesSource
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from tests.integration.test_hosts_fakeapi import FakeApi, FakeServer
+from tests.fakekube import FakeKube
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +34,15 @@ V4, V6 = ipaddress.ip_address("10.96.0.50"), ipaddress.ip_address("fd00::50")
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[FakeApi, FakeServer]]:
-    api = FakeApi()
-    server = FakeServer(api)
-    yield api, server
-    server.stop()
+def kube() -> Iterator[FakeKube]:
+    """Served from its own thread: the sink and CLI tests call the client synchronously.
+    No periodic bookmarks: the tests send them (``kube.bookmark()``) where they want one."""
+    with FakeKube(bookmark_interval_s=3600) as kube:
+        yield kube
 
 
-def api_client(server: FakeServer) -> client.ApiClient:
-    return client.ApiClient(client.Configuration(host=server.url))
+def api_client(kube: FakeKube) -> client.ApiClient:
+    return client.ApiClient(client.Configuration(host=kube.url))
 
 
 async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
@@ -62,11 +62,11 @@ def hosts(path: Path) -> dict[str, frozenset[ipaddress.IPv4Address | ipaddress.I
 
 class Running:
     def __init__(
-        self, server: FakeServer, out: Path, debounce_s: float = 0.02, **source_kw: int
+        self, kube: FakeKube, out: Path, debounce_s: float = 0.02, **source_kw: int
     ) -> None:
         self.metrics = HostsMetrics(CollectorRegistry())
         self.source = KubernetesSource(
-            api_client(server), metrics=self.metrics, service=f"{NS}/{SVC}", **source_kw
+            api_client(kube), metrics=self.metrics, service=f"{NS}/{SVC}", **source_kw
         )
         self.out = out
         self.generator = HostsGenerator(
@@ -88,8 +88,8 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running(server: FakeServer, out: Path, **kw: Any) -> AsyncIterator[Running]:
-    r = Running(server, out, **kw)
+async def running(kube: FakeKube, out: Path, **kw: Any) -> AsyncIterator[Running]:
+    r = Running(kube, out, **kw)
     task = asyncio.create_task(r.generator.run())
     try:
         yield r
@@ -105,157 +105,147 @@ def both(*names: str) -> dict[str, frozenset[object]]:
     return {n: frozenset({V4, V6}) for n in names}
 
 
-async def test_list_then_watch_follows_nodes_relabels_and_service(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4), str(V6)])
-    api.put_service(NS, "other", ["10.96.0.1"])
-    api.put_node("edge-1", EDGE)
-    api.put_node("cloud-1", {"role": "cloud"})
-    list_rv = str(api.rv)
+async def test_list_then_watch_follows_nodes_relabels_and_service(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4), str(V6)])
+    kube.put_service(NS, "other", ["10.96.0.1"])
+    kube.put_node("edge-1", EDGE)
+    kube.put_node("cloud-1", {"role": "cloud"})
+    list_rv = str(kube.resource_version)
     out = tmp_path / "tunnel-nodes"
-    async with running(server, out) as r:
+    async with running(kube, out) as r:
         await r.names(both("edge-1"), "initial list")
-        api.put_node("edge-2", EDGE)
+        kube.put_node("edge-2", EDGE)
         await r.names(both("edge-1", "edge-2"), "node added")
-        api.put_node("edge-1", {"openyurt.io/is-edge-worker": "false"})
+        kube.put_node("edge-1", {"openyurt.io/is-edge-worker": "false"})
         await r.names(both("edge-2"), "node relabelled out")
-        api.put_node("cloud-1", EDGE)
+        kube.put_node("cloud-1", EDGE)
         await r.names(both("cloud-1", "edge-2"), "node relabelled in")
-        api.delete_node("edge-2")
+        kube.delete("nodes", "edge-2")
         await r.names(both("cloud-1"), "node deleted")
-        api.put_service(NS, SVC, ["10.96.0.99"])
+        kube.put_service(NS, SVC, ["10.96.0.99"])
         await r.names({"cloud-1": frozenset({ipaddress.ip_address("10.96.0.99")})}, "svc IP")
         assert r.relists("nodes") == 1 and r.relists("services") == 1
         assert "# source: kubernetes nodes openyurt.io/is-edge-worker=true" in out.read_text()
     watch = dict(watch="true", allowWatchBookmarks="true", resourceVersion=list_rv)
-    assert api.count("GET", "/api/v1/nodes", labelSelector=EDGE_SELECTOR, **watch) == 1
-    assert api.count("GET", "/services", fieldSelector=f"metadata.name={SVC}", **watch) == 1
+    assert kube.count("GET", "/api/v1/nodes", labelSelector=EDGE_SELECTOR, **watch) == 1
+    assert kube.count("GET", "/services", fieldSelector=f"metadata.name={SVC}", **watch) == 1
 
 
-async def test_stream_cut_mid_event_resumes_without_relist(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4), str(V6)])
-    api.put_node("edge-1", EDGE)
-    async with running(server, tmp_path / "hosts") as r:
+async def test_stream_cut_mid_event_resumes_without_relist(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4), str(V6)])
+    kube.put_node("edge-1", EDGE)
+    async with running(kube, tmp_path / "hosts") as r:
         await r.names(both("edge-1"), "initial list")
         rv_before = r.source.node_watcher.resource_version
-        api.cut_next_event = True
-        api.put_node("edge-cut", EDGE)
+        kube.cut_next_event = True
+        kube.put_node("edge-cut", EDGE)
         await r.names(both("edge-1", "edge-cut"), "event delivered after the cut")
         assert r.relists("nodes") == 1
-        assert api.count("GET", "/api/v1/nodes", watch="true", resourceVersion=rv_before) == 2
+        assert kube.count("GET", "/api/v1/nodes", watch="true", resourceVersion=rv_before) == 2
 
 
-async def test_410_error_event_relists(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4), str(V6)])
-    api.put_node("edge-1", EDGE)
-    async with running(server, tmp_path / "hosts") as r:
+async def test_410_error_event_relists(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4), str(V6)])
+    kube.put_node("edge-1", EDGE)
+    async with running(kube, tmp_path / "hosts") as r:
         await r.names(both("edge-1"), "initial list")
-        api.expire_watches()
+        kube.expire_watches()
         await wait_for(lambda: r.relists("nodes") == 2, "relist after 410")
-        api.put_node("edge-2", EDGE)
+        kube.put_node("edge-2", EDGE)
         await r.names(both("edge-1", "edge-2"), "watch after relist")
 
 
-async def test_cut_while_compacted_gets_410_then_relists(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4), str(V6)])
-    api.put_node("edge-1", EDGE)
-    async with running(server, tmp_path / "hosts") as r:
+async def test_cut_while_compacted_gets_410_then_relists(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4), str(V6)])
+    kube.put_node("edge-1", EDGE)
+    async with running(kube, tmp_path / "hosts") as r:
         await r.names(both("edge-1"), "initial list")
-        api.put_node("cloud-9", {})  # advances the version, invisible to the node watch
-        api.compact()
-        api.cut_next_event = True
-        api.delete_node("edge-1")
-        api.put_node("edge-3", EDGE)
+        kube.put_node("cloud-9", {})  # advances the version, invisible to the node watch
+        kube.compact()
+        kube.cut_next_event = True
+        kube.delete("nodes", "edge-1")
+        kube.put_node("edge-3", EDGE)
         await r.names(both("edge-3"), "state after relist")
         assert r.relists("nodes") == 2
 
 
-async def test_bookmark_keeps_resume_point_fresh(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4), str(V6)])
-    api.put_node("edge-1", EDGE)
-    async with running(server, tmp_path / "hosts") as r:
+async def test_bookmark_keeps_resume_point_fresh(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4), str(V6)])
+    kube.put_node("edge-1", EDGE)
+    async with running(kube, tmp_path / "hosts") as r:
         await r.names(both("edge-1"), "initial list")
         for i in range(5):
-            api.put_node(f"cloud-{i}", {})  # changes the node watch never sees
-        bookmark_rv = api.bookmark()
+            kube.put_node(f"cloud-{i}", {})  # changes the node watch never sees
+        bookmark_rv = kube.bookmark()
         await wait_for(
             lambda: r.source.node_watcher.resource_version == str(bookmark_rv), "bookmark"
         )
-        api.compact()  # history before the bookmark is gone
-        api.cut_next_event = True
-        api.put_node("edge-2", EDGE)
+        kube.compact()  # history before the bookmark is gone
+        kube.cut_next_event = True
+        kube.put_node("edge-2", EDGE)
         await r.names(both("edge-1", "edge-2"), "resume from the bookmark")
         assert r.relists("nodes") == 1, "a bookmark-fresh version must not need a relist"
 
 
-async def test_garbage_watch_line_is_skipped(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4)])
-    api.put_node("edge-1", EDGE)
-    async with running(server, tmp_path / "hosts") as r:
+async def test_garbage_watch_line_is_skipped(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4)])
+    kube.put_node("edge-1", EDGE)
+    async with running(kube, tmp_path / "hosts") as r:
         await r.names({"edge-1": frozenset({V4})}, "initial list")
-        api.garbage_next_event = True
-        api.put_node("edge-2", EDGE)
+        kube.garbage_next_event = True
+        kube.put_node("edge-2", EDGE)
         await r.names({"edge-1": frozenset({V4}), "edge-2": frozenset({V4})}, "after garbage")
 
 
-async def test_headless_service_keeps_last_good_file(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, ["None"])
-    api.put_node("edge-1", EDGE)
+async def test_headless_service_keeps_last_good_file(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, ["None"])
+    kube.put_node("edge-1", EDGE)
     out = tmp_path / "hosts"
-    async with running(server, out) as r:
+    async with running(kube, out) as r:
         await wait_for(lambda: "no ClusterIP" in (r.generator.last_error or ""), "not ready")
         assert not out.exists() and not r.generator.ready
-        api.put_service(NS, SVC, [str(V4)])
+        kube.put_service(NS, SVC, [str(V4)])
         await r.names({"edge-1": frozenset({V4})}, "service got an IP")
         good = out.read_text()
-        api.put_service(NS, SVC, ["None"])
-        api.put_node("edge-2", EDGE)
+        kube.put_service(NS, SVC, ["None"])
+        kube.put_node("edge-2", EDGE)
         await wait_for(lambda: "no ClusterIP" in (r.generator.last_error or ""), "headless again")
         assert out.read_text() == good
-        api.delete_service(NS, SVC)
-        api.put_node("edge-3", EDGE)
+        kube.delete("services", SVC, NS)
+        kube.put_node("edge-3", EDGE)
         await wait_for(lambda: r.source.addresses == () and "edge-3" in r.source.nodes, "deleted")
         await wait_for(lambda: "no ClusterIP" in (r.generator.last_error or ""), "svc deleted")
         assert out.read_text() == good
 
 
-async def test_paged_list_of_many_nodes(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4)])
+async def test_paged_list_of_many_nodes(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4)])
     for i in range(1200):
-        api.put_node(f"edge-{i:04d}", EDGE)
-    async with running(server, tmp_path / "hosts", page_size=500) as r:
+        kube.put_node(f"edge-{i:04d}", EDGE)
+    async with running(kube, tmp_path / "hosts", page_size=500) as r:
         await wait_for(lambda: len(hosts(r.out)) == 1200, "1200 names", timeout_s=30)
-    assert api.count("GET", "/api/v1/nodes", limit="500") == 3
-    assert api.count("GET", "/api/v1/nodes", limit="500", watch="true") == 0
+    assert kube.count("GET", "/api/v1/nodes", limit="500") == 3
+    assert kube.count("GET", "/api/v1/nodes", limit="500", watch="true") == 0
 
 
-async def test_expired_continue_token_restarts_the_list(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4)])
+async def test_expired_continue_token_restarts_the_list(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4)])
     for i in range(700):
-        api.put_node(f"edge-{i:04d}", EDGE)
-    api.expire_next_continue = True  # the second page answers HTTP 410 Expired
-    async with running(server, tmp_path / "hosts", page_size=500) as r:
+        kube.put_node(f"edge-{i:04d}", EDGE)
+    kube.expire_next_continue = True  # the second page answers HTTP 410 Expired
+    async with running(kube, tmp_path / "hosts", page_size=500) as r:
         await wait_for(lambda: len(hosts(r.out)) == 700, "700 names", timeout_s=30)
         assert r.relists("nodes") == 1  # only the complete list counts
-    first_pages = [q for m, p, q in api.requests if p == "/api/v1/nodes" and "limit" in q]
+    first_pages = [q for q in kube.requests if q["path"] == "/api/v1/nodes" and "limit" in q]
     assert ["continue" in q for q in first_pages] == [False, True, False, True]
 
 
-async def test_watch_burst_of_nodes_is_debounced_into_one_write(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4)])
-    async with running(server, tmp_path / "hosts", debounce_s=0.3) as r:
+async def test_watch_burst_of_nodes_is_debounced_into_one_write(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4)])
+    async with running(kube, tmp_path / "hosts", debounce_s=0.3) as r:
         await wait_for(lambda: r.generator.syncs == 1, "initial (empty) sync")
         for i in range(2000):
-            api.put_node(f"edge-{i:04d}", EDGE)
+            kube.put_node(f"edge-{i:04d}", EDGE)
         await wait_for(lambda: len(hosts(r.out)) == 2000, "2000 names", timeout_s=30)
         await asyncio.sleep(0.4)
         writes = r.metrics.registry.get_sample_value("raven_hosts_writes_total", {"sink": "file"})
@@ -263,64 +253,60 @@ async def test_watch_burst_of_nodes_is_debounced_into_one_write(fake, tmp_path) 
         assert r.relists("nodes") == 1
 
 
-def test_configmap_create_replace_and_unchanged(fake) -> None:
-    api, server = fake
-    sink = ConfigMapSink(api_client(server))
+def test_configmap_create_replace_and_unchanged(kube) -> None:
+    sink = ConfigMapSink(api_client(kube))
     assert sink.write("10.96.0.50 edge-1\n") is True
-    cm = api.configmap("kube-system", "edge-tunnel-nodes")
+    cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None and cm["data"] == {"tunnel-nodes": "10.96.0.50 edge-1\n"}
     assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "raven-coredns-hosts"
-    cm["data"]["other"] = "kept"
+    cm["data"]["other"] = "kept"  # someone else adds a key
+    kube.put("configmaps", cm, "kube-system")
     assert sink.write("10.96.0.50 edge-1\n") is False
-    assert api.count("PUT", "/configmaps/") == 0
+    assert kube.count("PUT", "/configmaps/") == 0
     assert sink.write("10.96.0.50 edge-2\n") is True
-    cm = api.configmap("kube-system", "edge-tunnel-nodes")
+    cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None
     assert cm["data"] == {"tunnel-nodes": "10.96.0.50 edge-2\n", "other": "kept"}
-    assert api.count("POST", "/configmaps") == 1 and api.count("PUT", "/configmaps/") == 1
+    assert kube.count("POST", "/configmaps") == 1 and kube.count("PUT", "/configmaps/") == 1
 
 
-def test_configmap_conflicts_are_retried(fake) -> None:
-    api, server = fake
+def test_configmap_conflicts_are_retried(kube) -> None:
     sleeps: list[float] = []
-    sink = ConfigMapSink(api_client(server), sleep=sleeps.append)
+    sink = ConfigMapSink(api_client(kube), sleep=sleeps.append)
     sink.write("a\n")
-    api.conflicts_to_inject = 3
+    kube.conflicts_to_inject = 3
     assert sink.write("b\n") is True
     assert sink.conflicts == 3 and len(sleeps) == 3
-    cm = api.configmap("kube-system", "edge-tunnel-nodes")
+    cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None and cm["data"]["tunnel-nodes"] == "b\n"
 
 
-def test_configmap_conflict_storm_gives_clear_error(fake) -> None:
-    api, server = fake
-    sink = ConfigMapSink(api_client(server), sleep=lambda _s: None, max_attempts=5)
+def test_configmap_conflict_storm_gives_clear_error(kube) -> None:
+    sink = ConfigMapSink(api_client(kube), sleep=lambda _s: None, max_attempts=5)
     sink.write("good\n")
-    api.conflicts_to_inject = 10_000
+    kube.conflicts_to_inject = 10_000
     with pytest.raises(SinkError, match="still conflicting after 5 attempts"):
         sink.write("new\n")
-    cm = api.configmap("kube-system", "edge-tunnel-nodes")
+    cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None and cm["data"]["tunnel-nodes"] == "good\n"
-    assert api.count("PUT", "/configmaps/") == 5  # first write was a create (POST)
+    assert kube.count("PUT", "/configmaps/") == 5  # first write was a create (POST)
 
 
-def test_configmap_api_error_is_a_sink_error(fake) -> None:
-    api, server = fake
-    api.forbidden_namespaces.add("locked")
-    sink = ConfigMapSink(api_client(server), namespace="locked")
+def test_configmap_api_error_is_a_sink_error(kube) -> None:
+    kube.forbidden_namespaces.add("locked")
+    sink = ConfigMapSink(api_client(kube), namespace="locked")
     with pytest.raises(SinkError, match="ConfigMap locked/edge-tunnel-nodes: API error 403"):
         sink.write("a\n")
 
 
-def test_cli_once_with_kubeconfig_writes_file_and_configmap(fake, tmp_path) -> None:
-    api, server = fake
-    api.put_service(NS, SVC, [str(V4), str(V6)])
+def test_cli_once_with_kubeconfig_writes_file_and_configmap(kube, tmp_path) -> None:
+    kube.put_service(NS, SVC, [str(V4), str(V6)])
     for name in ("edge-b", "edge-a", "Bad_Name"):
-        api.put_node(name, EDGE)
+        kube.put_node(name, EDGE)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{server.url}'}}}}]\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{kube.url}'}}}}]\n"
         "users: [{name: u, user: {}}]\n"
         "contexts: [{name: c, context: {cluster: fake, user: u}}]\ncurrent-context: c\n"
     )
@@ -338,8 +324,8 @@ def test_cli_once_with_kubeconfig_writes_file_and_configmap(fake, tmp_path) -> N
     ]
     assert hosts_main(argv) == 0
     assert parse_hosts(out.read_text()) == both("edge-a", "edge-b")
-    cm = api.configmap("kube-system", "edge-tunnel-nodes")
+    cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None and cm["data"]["tunnel-nodes"] == out.read_text()
-    api.put_service(NS, SVC, ["None"])
+    kube.put_service(NS, SVC, ["None"])
     assert hosts_main(argv) == 1  # headless: refused, last good kept
     assert parse_hosts(out.read_text()) == both("edge-a", "edge-b")

@@ -1,4 +1,4 @@
-"""KubernetesNodeWatcher against tests/fakekube.py through the real kubernetes client."""
+"""KubernetesNodeWatcher against tests/fakekube/ through the real kubernetes client."""
 
 from __future__ import annotations
 

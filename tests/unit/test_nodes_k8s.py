@@ -20,7 +20,7 @@ from edge_agent.nodes_k8s import (
     parse_node,
 )
 from raven.protocol.names import is_valid_node_name
-from tests.fakekube import make_node, selector_matches
+from tests.fakekube import field_selector_matches, make_node, selector_matches
 
 
 def _node(name: str = "edge-gpu-1", ips: list[str] | None = None, rv: str = "7") -> dict[str, Any]:
@@ -191,3 +191,27 @@ def test_backoff_is_bounded_with_jitter() -> None:
 def test_fakekube_selector(selector: str, labels: dict[str, str], want: bool) -> None:
     """The fake API server's selector semantics, which the integration tests rely on."""
     assert selector_matches(selector, labels) is want
+
+
+@pytest.mark.parametrize(
+    ("selector", "want"),
+    [
+        ("metadata.name=svc", True),
+        ("metadata.name==svc", True),
+        ("metadata.name=other", False),
+        ("metadata.name!=svc", False),
+        ("metadata.name=svc,metadata.namespace=ns", True),
+        ("metadata.namespace!=ns", False),
+        ("", True),
+    ],
+)
+def test_fakekube_field_selector(selector: str, want: bool) -> None:
+    """The fake API server's field selectors (the hosts source selects its Service by name)."""
+    obj = {"metadata": {"name": "svc", "namespace": "ns"}}
+    assert field_selector_matches(selector, obj) is want
+
+
+@pytest.mark.parametrize("selector", ["spec.clusterIP=1.2.3.4", "metadata.name"])
+def test_fakekube_field_selector_rejects_what_it_does_not_know(selector: str) -> None:
+    with pytest.raises(ValueError):
+        field_selector_matches(selector, {"metadata": {"name": "svc"}})
