@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -295,11 +296,19 @@ async def run_demo(topology: Topology, *, check: bool, duration_s: float | None)
             return await run_check(demo)
         print_intro(demo)
         await demo.wait_registered()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C and kill both stop cleanly
+            loop.add_signal_handler(sig, stop.set)
+        status = asyncio.create_task(status_loop(demo))
         try:
             async with asyncio.timeout(duration_s):
-                await status_loop(demo)
+                await stop.wait()
         except TimeoutError:
             pass
+        status.cancel()
+        await asyncio.gather(status, return_exceptions=True)
+        print("\nstopping: agents, gateway, exporters, hosts generator")
         return 0
     finally:
         await demo.stop()

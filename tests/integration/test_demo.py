@@ -33,3 +33,32 @@ def test_demo_runs_and_stops_cleanly() -> None:
     assert "scrapes/s" in proc.stdout
     assert "site-a" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_demo_stops_cleanly_on_ctrl_c() -> None:
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raven.cli", "demo", "--base-port", "0", "--sites", "1",
+         "--nodes-per-site", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "scrapes/s" in line or not line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopping" in out
+    assert "Traceback" not in err
+    # the hosts generator child went with it
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"raven-demo-{proc.pid}" not in ps
