@@ -87,8 +87,14 @@ async def role_gateway(port: int, tunnel_port: int, keydir: str, source_port: in
     metrics = TunnelMetrics(CollectorRegistry())
     registry = Registry([AuthorisedAgent(name="bench", public_key=agent_pub, nodes=["*"])], metrics)
     listener = TunnelListener(
-        listen=f"127.0.0.1:{tunnel_port}", static_private=gw, psk=bytes(32), limits=Limits(),
-        registry=registry, metrics=metrics, handshake_rate_per_s=100, handshake_burst=100,
+        listen=f"127.0.0.1:{tunnel_port}",
+        static_private=gw,
+        psk=bytes(32),
+        limits=Limits(),
+        registry=registry,
+        metrics=metrics,
+        handshake_rate_per_s=100,
+        handshake_burst=100,
     )
     await listener.start()
 
@@ -123,8 +129,12 @@ async def role_agent(tunnel_port: int, keydir: str, source_port: int) -> None:
     relay = Relay({"bench-src": "127.0.0.1"}, [source_port], 5.0, CollectorRegistry())
     settings = DialSettings(agent, gw_pub, bytes(32), Limits(), 0.1, 1.0)
     link = GatewayLink(
-        "127.0.0.1", tunnel_port, settings, on_stream=relay.handle,
-        registration=lambda: (["bench-src"], []), metrics=TunnelMetrics(CollectorRegistry()),
+        "127.0.0.1",
+        tunnel_port,
+        settings,
+        on_stream=relay.handle,
+        registration=lambda: (["bench-src"], []),
+        metrics=TunnelMetrics(CollectorRegistry()),
     )
     link.start()
     await asyncio.Event().wait()
@@ -175,8 +185,10 @@ def run_path(kind: str, streams: int, seconds: float, keydir: str) -> tuple[floa
     src, entry, mid = free_port(), free_port(), free_port()
     procs = [spawn("source", str(src))]
     if kind == "tunnel":
-        middle = [spawn("gateway", str(entry), str(mid), keydir, str(src)),
-                  spawn("agent", str(mid), keydir, str(src))]
+        middle = [
+            spawn("gateway", str(entry), str(mid), keydir, str(src)),
+            spawn("agent", str(mid), keydir, str(src)),
+        ]
     else:
         middle = [spawn("relay", str(entry), str(mid)), spawn("relay", str(mid), str(src))]
     procs += middle
@@ -226,14 +238,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as keydir:
         write_private_key_file(Path(keydir) / "gw.key", generate_private_key())
         write_private_key_file(Path(keydir) / "agent.key", generate_private_key())
-        print(f"Command: `python bench/bench_tunnel.py --seconds {args.seconds:g}` "
-              f"({os.cpu_count()} cores, loopback)\n")
-        print("| streams | tunnel MB/s | plain relay MB/s | ratio | tunnel CPU s/GB | relay CPU s/GB |")
+        print(
+            f"Command: `python bench/bench_tunnel.py --seconds {args.seconds:g}` "
+            f"({os.cpu_count()} cores, loopback)\n"
+        )
+        print(
+            "| streams | tunnel MB/s | plain relay MB/s | ratio | tunnel CPU s/GB | relay CPU s/GB |"
+        )
         print("|---|---|---|---|---|---|")
         for n in args.streams:
             t_mb, t_cpu = run_path("tunnel", n, args.seconds, keydir)
             r_mb, r_cpu = run_path("relay", n, args.seconds, keydir)
-            print(f"| {n} | {t_mb:.0f} | {r_mb:.0f} | {t_mb / r_mb:.2f} | {t_cpu:.2f} | {r_cpu:.2f} |")
+            print(
+                f"| {n} | {t_mb:.0f} | {r_mb:.0f} | {t_mb / r_mb:.2f} | {t_cpu:.2f} | {r_cpu:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -115,9 +115,7 @@ class StatsSampler:
         m.records.labels("tx", p).inc(self._delta("records_tx", stats.records_sent))
         m.records.labels("rx", p).inc(self._delta("records_rx", stats.records_received))
         m.frames.labels("tx", p).inc(self._delta("frames_tx", sum(stats.frames_sent.values())))
-        m.frames.labels("rx", p).inc(
-            self._delta("frames_rx", sum(stats.frames_received.values()))
-        )
+        m.frames.labels("rx", p).inc(self._delta("frames_rx", sum(stats.frames_received.values())))
         for reason, count in stats.datagrams_dropped.items():
             delta = self._delta(f"drop_{reason}", count)
             if delta:
