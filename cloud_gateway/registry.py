@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from raven.config.gateway import AuthorisedAgent
 from raven.keys import encode_key
 from raven.metrics import TunnelMetrics
+from raven.protocol.codes import CloseCode
 from raven.protocol.names import is_valid_node_name, normalize_node_name
 from raven.transport.stream import OpenFailure, StreamOpenError
 from raven.transport.tunnel import Tunnel, TunnelStream
@@ -133,8 +134,6 @@ class Registry:
                 "tunnel replaced agent=%s old=%s new=%s", agent.name, old.tunnel.peer, tunnel.peer
             )
             self._unindex(old)
-            from raven.protocol.codes import CloseCode
-
             old.tunnel.close(CloseCode.REPLACED, "replaced by a newer tunnel from the same key")
         self.metrics.tunnels_connected.labels(agent.name).set(1)
         self._changed()

@@ -56,8 +56,7 @@ class TunnelListener:
         self.datagram_sinks: dict[Tunnel, Callable[[bytes], None]] = {}
         self._server: asyncio.Server | None = None
         self.bound: tuple[str, int] | None = None
-        self._handshake_timers: dict[Tunnel, asyncio.TimerHandle] = {}
-        self._pending_sessions: dict[Tunnel, AgentSession] = {}
+        self._sessions: dict[Tunnel, AgentSession] = {}
         self._samplers: dict[Tunnel, StatsSampler] = {}
 
     async def start(self) -> None:
@@ -104,7 +103,7 @@ class TunnelListener:
         if isinstance(event, ev.HandshakeCompleted):
             self._on_handshake(tunnel, event.remote_static)
         elif isinstance(event, ev.RegistrationReceived):
-            session = self._pending_sessions.get(tunnel)
+            session = self._sessions.get(tunnel)
             if session is not None:
                 nodes, prefixes, refused = self.registry.registered(
                     session, event.nodes, event.prefixes
@@ -117,7 +116,7 @@ class TunnelListener:
             if sink is not None:
                 sink(event.data)
         elif isinstance(event, ev.PongReceived):
-            session = self._pending_sessions.get(tunnel)
+            session = self._sessions.get(tunnel)
             if session is not None:
                 self.metrics.rtt.labels(session.agent.name).set(event.rtt_s)
                 self.metrics.rtt_hist.observe(event.rtt_s)
@@ -135,7 +134,7 @@ class TunnelListener:
         tunnel.name = agent.name
         self.metrics.handshakes.labels("ok").inc()
         session = self.registry.add(agent, tunnel)
-        self._pending_sessions[tunnel] = session
+        self._sessions[tunnel] = session
         self._samplers[tunnel] = StatsSampler(self.metrics, agent.name)
         log.info("tunnel up agent=%s peer=%s", agent.name, tunnel.peer)
 
@@ -149,7 +148,7 @@ class TunnelListener:
     def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
         self.tunnels.discard(tunnel)
         self.datagram_sinks.pop(tunnel, None)
-        session = self._pending_sessions.pop(tunnel, None)
+        session = self._sessions.pop(tunnel, None)
         if session is None:
             # never authenticated: one line, a metric, no answer was given
             if event.code is CloseCode.AUTH_FAILED:
@@ -189,7 +188,7 @@ class TunnelListener:
 
     def sample_all(self) -> None:
         """Refresh per-agent byte and stream gauges (called before /metrics is served)."""
-        for tunnel, session in list(self._pending_sessions.items()):
+        for tunnel, session in list(self._sessions.items()):
             self._sample(tunnel, session.agent.name)
 
     async def drain(self, timeout_s: float) -> None:

@@ -8,9 +8,10 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from raven import keys
+from raven.config.common import LogConfig
 
 log = logging.getLogger("raven")
 
@@ -44,38 +45,47 @@ def _pubkey(_args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from raven.config import ConfigError, load_gateway_config
-    from raven.logs import setup_logging
-
-    try:
-        config = load_gateway_config(args.config)
-    except (ConfigError, keys.KeyError_) as exc:
-        print(f"raven gateway: {exc}", file=sys.stderr)
-        return 2
-    setup_logging(config.log.level, config.log.format)
     from cloud_gateway.app import run_gateway
+    from raven.config import load_gateway_config
 
-    return _run_service("gateway", lambda: run_gateway(config, args.config))
+    return _run_service(
+        "gateway", args.config, load_gateway_config, lambda c: run_gateway(c, args.config)
+    )
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from raven.config import ConfigError, load_agent_config
+    from edge_agent.app import run_agent
+    from raven.config import load_agent_config
+
+    return _run_service("agent", args.config, load_agent_config, run_agent)
+
+
+class _ServiceConfig(Protocol):
+    @property
+    def log(self) -> LogConfig: ...
+
+
+_C = TypeVar("_C", bound=_ServiceConfig)
+
+
+def _run_service(
+    name: str,
+    path: str,
+    load: Callable[[str], _C],
+    main: Callable[[_C], Coroutine[Any, Any, int]],
+) -> int:
+    """Load the config (errors: one line, exit 2), set up logging, run until signalled."""
+    from raven.config import ConfigError
     from raven.logs import setup_logging
 
     try:
-        config = load_agent_config(args.config)
+        config = load(path)
     except (ConfigError, keys.KeyError_) as exc:
-        print(f"raven agent: {exc}", file=sys.stderr)
+        print(f"raven {name}: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log.level, config.log.format)
-    from edge_agent.app import run_agent
-
-    return _run_service("agent", lambda: run_agent(config))
-
-
-def _run_service(name: str, main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     try:
-        return run_async(main())
+        return run_async(main(config))
     except keys.KeyError_ as exc:
         print(f"raven {name}: {exc}", file=sys.stderr)
         return 2

@@ -92,3 +92,8 @@ async def site(tmp_path: Path):
     s.echo = await start_echo_server()
     yield s
     await s.close()
+
+
+def echo_port(site: Site) -> int:
+    assert site.echo is not None
+    return int(site.echo.sockets[0].getsockname()[1])

@@ -20,6 +20,7 @@ from cloud_gateway.proxy.errors import ErrorKind, ProxyError, error_response
 from cloud_gateway.proxy.http_conn import HttpConnection
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.proxy.tls_conn import serve_tls
+from raven.config.common import parse_hostport
 from raven.config.gateway import ProxyConfig
 from raven.transport.stream import StreamOpener
 
@@ -30,19 +31,6 @@ DEFAULT_STOP_GRACE_S = 10.0
 _BACKLOG = 1024
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """``host:port`` / ``[v6]:port`` / ``:port`` -> (host, port); port 0 means any free port."""
-    text = value.strip()
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port_text = text.rpartition(":")
-    if not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"listen address {value!r}: expected host:port")
-    return host or "0.0.0.0", int(port_text)
 
 
 class ProxyServer:
@@ -101,7 +89,7 @@ class ProxyServer:
         )
 
     async def _listen(self, address: str, handler: Handler) -> asyncio.Server:
-        host, port = parse_listen(address)
+        host, port = parse_hostport(address)
         server = await asyncio.start_server(handler, host, port, backlog=_BACKLOG)
         self._servers.append(server)
         return server

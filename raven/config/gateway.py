@@ -53,6 +53,11 @@ class TlsListener:
     listen: str = doc("Address to listen on, host:port.")
     target_port: int = doc("Edge port the connection goes to (e.g. 10250 for the kubelet).")
 
+    def __post_init__(self) -> None:
+        parse_hostport(self.listen)
+        if not 0 < self.target_port < 65536:
+            raise ValueError(f"tls listener {self.listen}: target_port {self.target_port}")
+
 
 @dataclass(frozen=True)
 class ProxyConfig:
@@ -81,6 +86,9 @@ class ProxyConfig:
     max_connections: int = doc(
         "Concurrent client connections; beyond it new ones wait in the accept queue.", default=4096
     )
+
+    def __post_init__(self) -> None:
+        parse_hostport(self.http_listen)
 
 
 @dataclass(frozen=True)

@@ -178,8 +178,6 @@ class Tunnel(asyncio.Protocol):
         self.streams: dict[int, TunnelStream] = {}
         self.rtt_s: float | None = None
         self.draining = False
-        self.bytes_sent = 0
-        self.bytes_received = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._write_paused = False
@@ -206,7 +204,6 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def data_received(self, data: bytes) -> None:
-        self.bytes_received += len(data)
         self.conn.receive_data(data, self.loop.time())
         self._after_io()
 
@@ -353,7 +350,6 @@ class Tunnel(asyncio.Protocol):
                 data = self.conn.data_to_send(WRITE_CHUNK_BYTES, self.loop.time())
                 if not data:
                     break
-                self.bytes_sent += len(data)
                 self.transport.write(data)
         finally:
             self._in_flush = False

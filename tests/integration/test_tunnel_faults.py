@@ -12,7 +12,7 @@ import pytest
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.secure_channel import Role
 from tests.helpers import KeyPair, wait_for
-from tests.tunnel_site import LIMITS, Site
+from tests.tunnel_site import LIMITS, Site, echo_port
 
 pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
 
@@ -24,11 +24,6 @@ def handshakes(site: Site, result: str) -> float:
 async def read_until_closed(reader: asyncio.StreamReader, timeout_s: float = 5.0) -> bytes:
     async with asyncio.timeout(timeout_s):
         return await reader.read()
-
-
-def echo_port(site: Site) -> int:
-    assert site.echo is not None
-    return int(site.echo.sockets[0].getsockname()[1])
 
 
 async def assert_still_serving(site: Site) -> None:

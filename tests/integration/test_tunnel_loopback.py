@@ -10,14 +10,9 @@ import pytest
 
 from raven.transport.stream import OpenFailure, StreamOpenError
 from tests.helpers import KeyPair, wait_for
-from tests.tunnel_site import LIMITS, Site
+from tests.tunnel_site import LIMITS, Site, echo_port
 
 pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
-
-
-def echo_port(site: Site) -> int:
-    assert site.echo is not None
-    return int(site.echo.sockets[0].getsockname()[1])
 
 
 async def test_stream_echoed_through_tunnel(site: Site) -> None:

@@ -82,6 +82,8 @@ def test_gateway_config_loads_with_defaults(tmp_path: Path) -> None:
         (lambda d: d["agents"][0].update(public_key="xx"), "public_key"),
         (lambda d: d["agents"][0].update(prefixes=["10.20.0.1/16"]), "not an IP prefix"),
         (lambda d: d.update(tunnel_listen="nope"), "port"),
+        (lambda d: d.update(proxy={"http_listen": "nope"}), "port"),
+        (lambda d: d.update(proxy={"tls_listeners": [{"listen": "x", "target_port": 1}]}), "port"),
         (lambda d: d.update(limits={"keepalive_interval_s": 20}), "dead_peer_timeout_s"),
         (lambda d: d.update(agents=d["agents"] * 2), "twice"),
         (lambda d: d.update(limits={"max_streams": "many"}), "expected an integer"),
