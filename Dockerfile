@@ -15,6 +15,7 @@ COPY pyproject.toml README.md ./
 COPY raven/ raven/
 COPY cloud_gateway/ cloud_gateway/
 COPY edge_agent/ edge_agent/
+COPY gpu_exporter/ gpu_exporter/
 COPY coredns-hosts/ coredns-hosts/
 RUN /opt/raven/bin/pip install --upgrade pip && /opt/raven/bin/pip install .
 

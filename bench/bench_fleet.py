@@ -130,9 +130,9 @@ async def role_nodes(spec_path: str) -> None:
     """Every node's exporter: one listener per loopback address, a dcgm page per node."""
     import gzip
 
-    from edge_agent.gpu.counters import default_counters
-    from edge_agent.gpu.exposition import ExpositionOptions, render
-    from edge_agent.gpu.simulated import SimulatedBackend
+    from gpu_exporter.counters import default_counters
+    from gpu_exporter.exposition import ExpositionOptions, render
+    from gpu_exporter.simulated import SimulatedBackend
 
     spec = json.loads(Path(spec_path).read_text())
     port, gpus, use_gzip = spec["node_port"], spec["gpus"], spec["gzip"]
@@ -303,9 +303,9 @@ def write_setup(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sample_page_bytes(gpus: int) -> int:
-    from edge_agent.gpu.counters import default_counters
-    from edge_agent.gpu.exposition import ExpositionOptions, render
-    from edge_agent.gpu.simulated import SimulatedBackend
+    from gpu_exporter.counters import default_counters
+    from gpu_exporter.exposition import ExpositionOptions, render
+    from gpu_exporter.simulated import SimulatedBackend
 
     counters = default_counters()
     snapshot = SimulatedBackend(gpus).collect(frozenset(c.field for c in counters), time.time())

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_agent.gpu.backend import PodRef, ProcessSample, Snapshot
-from edge_agent.gpu.counters import default_counters
-from edge_agent.gpu.exposition import ExpositionOptions, render
-from edge_agent.gpu.server import GpuExporter
-from edge_agent.gpu.simulated import SimulatedBackend
+from gpu_exporter.backend import PodRef, ProcessSample, Snapshot
+from gpu_exporter.counters import default_counters
+from gpu_exporter.exposition import ExpositionOptions, render
+from gpu_exporter.server import GpuExporter
+from gpu_exporter.simulated import SimulatedBackend
 
 GPUS = 8
 PROCESSES = 100

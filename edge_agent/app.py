@@ -90,7 +90,7 @@ class AgentApp:
 
     async def start(self) -> None:
         if self.config.gpu_exporter.enabled:
-            from edge_agent.gpu.embed import start_embedded_exporter
+            from gpu_exporter.embed import start_embedded_exporter
 
             self.gpu = await start_embedded_exporter(self.config.gpu_exporter)
         if self.config.kubernetes.enabled:

@@ -16,7 +16,7 @@ from raven.config.common import LogConfig
 log = logging.getLogger("raven")
 
 #: Modules that add their own subcommand with ``register(subparsers)``.
-PLUGIN_MODULES = ("edge_agent.gpu.cli", "coredns_hosts.cli", "raven.demo.cli")
+PLUGIN_MODULES = ("gpu_exporter.cli", "coredns_hosts.cli", "raven.demo.cli")
 
 
 def run_async(main: Coroutine[Any, Any, int]) -> int:

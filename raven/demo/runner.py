@@ -19,7 +19,7 @@ import aiohttp
 
 from cloud_gateway.app import GatewayApp
 from edge_agent.app import AgentApp
-from edge_agent.gpu.embed import start_embedded_exporter
+from gpu_exporter.embed import start_embedded_exporter
 from raven.demo.topology import GPU_PORT, DemoNode, Topology
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 HOSTNAME = "edge-gpu-e2e"
 RUNNER = (
-    "import sys, argparse\nfrom edge_agent.gpu import cli\np = argparse.ArgumentParser()\n"
+    "import sys, argparse\nfrom gpu_exporter import cli\np = argparse.ArgumentParser()\n"
     "cli.register(p.add_subparsers())\na = p.parse_args(sys.argv[1:])\nsys.exit(a.func(a))\n"
 )
 

@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from edge_agent.gpu import cli
-from edge_agent.gpu.backend import PodRef, Snapshot
-from edge_agent.gpu.counters import default_counters
-from edge_agent.gpu.exposition import ExpositionOptions
-from edge_agent.gpu.podresources import (
+from gpu_exporter import cli
+from gpu_exporter.backend import PodRef, Snapshot
+from gpu_exporter.counters import default_counters
+from gpu_exporter.exposition import ExpositionOptions
+from gpu_exporter.podresources import (
     LIST_METHOD,
     ContainerDevices,
     PodResources,
@@ -30,8 +30,8 @@ from edge_agent.gpu.podresources import (
     PodResourcesError,
     encode_list_response,
 )
-from edge_agent.gpu.server import GpuExporter
-from edge_agent.gpu.simulated import SimulatedBackend
+from gpu_exporter.server import GpuExporter
+from gpu_exporter.simulated import SimulatedBackend
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -257,7 +257,7 @@ def free_port() -> int:
 
 
 RUNNER = (
-    "import sys, argparse\nfrom edge_agent.gpu import cli\np = argparse.ArgumentParser()\n"
+    "import sys, argparse\nfrom gpu_exporter import cli\np = argparse.ArgumentParser()\n"
     "cli.register(p.add_subparsers())\na = p.parse_args(sys.argv[1:])\nsys.exit(a.func(a))\n"
 )
 
@@ -358,7 +358,7 @@ def test_pod_resources_over_a_real_grpc_unix_socket(tmp_path: Path) -> None:
 async def test_embedded_exporter_for_the_agent(no_leaked_tasks: None) -> None:
     from dataclasses import dataclass
 
-    from edge_agent.gpu.embed import start_embedded_exporter
+    from gpu_exporter.embed import start_embedded_exporter
 
     @dataclass(frozen=True)
     class Config:  # the fields of raven.config.agent.GpuExporterConfig

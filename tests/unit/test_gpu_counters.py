@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.gpu.counters import (
+from gpu_exporter.counters import (
     FIELDS,
     MAX_COUNTERS_FILE_BYTES,
     CountersFileError,

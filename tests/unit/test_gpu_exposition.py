@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from edge_agent.gpu.backend import GpuFailure, GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
-from edge_agent.gpu.counters import default_counters, parse_counters
-from edge_agent.gpu.exposition import ExpositionOptions, render
-from edge_agent.gpu.simulated import SimulatedBackend
+from gpu_exporter.backend import GpuFailure, GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
+from gpu_exporter.counters import default_counters, parse_counters
+from gpu_exporter.exposition import ExpositionOptions, render
+from gpu_exporter.simulated import SimulatedBackend
 
 GOLDEN = (
     Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "simulated-2xH100-mixed-seed7.prom"

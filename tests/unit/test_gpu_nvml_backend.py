@@ -5,9 +5,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from edge_agent.gpu.backend import BackendUnavailableError
-from edge_agent.gpu.counters import FIELDS
-from edge_agent.gpu.nvml_backend import NvmlBackend
+from gpu_exporter.backend import BackendUnavailableError
+from gpu_exporter.counters import FIELDS
+from gpu_exporter.nvml_backend import NvmlBackend
 from tests.unit.gpu_fake_nvml import MIB, FakeGpu, FakeMig, FakeProcess, FakeState, make_fake_nvml
 
 ALL = frozenset(FIELDS) - {"DCGM_FI_DRIVER_VERSION"}

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edge_agent.gpu.backend import PodRef
-from edge_agent.gpu.podresources import (
+from gpu_exporter.backend import PodRef
+from gpu_exporter.podresources import (
     ContainerDevices,
     PodResources,
     PodResourcesError,

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from edge_agent.gpu.backend import GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
-from edge_agent.gpu.kube_pods import ApiServerPodLookup
-from edge_agent.gpu.process_mapping import CgroupRef, PodMapper, parse_cgroup, read_process_cgroup
+from gpu_exporter.backend import GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
+from gpu_exporter.kube_pods import ApiServerPodLookup
+from gpu_exporter.process_mapping import CgroupRef, PodMapper, parse_cgroup, read_process_cgroup
 
 UID = "6a0f1b2c-3d4e-4f50-8a9b-0c1d2e3f4a5b"
 SYSTEMD_UID = UID.replace("-", "_")

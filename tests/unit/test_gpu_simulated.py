@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from edge_agent.gpu.counters import FIELDS
-from edge_agent.gpu.simulated import (
+from gpu_exporter.counters import FIELDS
+from gpu_exporter.simulated import (
     BOOT_TIME_S,
     LOAD_PROFILES,
     MODELS,

@@ -16,19 +16,19 @@ import socket
 import sys
 from typing import Any
 
-from edge_agent.gpu.backend import BackendUnavailableError, GpuBackend
-from edge_agent.gpu.counters import (
+from gpu_exporter.backend import BackendUnavailableError, GpuBackend
+from gpu_exporter.counters import (
     Counter,
     CountersFileError,
     default_counters,
     load_counters_file,
 )
-from edge_agent.gpu.exposition import HOSTNAME_LABELS, ExpositionOptions
-from edge_agent.gpu.kube_pods import in_cluster_lookup
-from edge_agent.gpu.podresources import DEFAULT_SOCKET, PodResourcesClient
-from edge_agent.gpu.process_mapping import PodMapper
-from edge_agent.gpu.server import GpuExporter
-from edge_agent.gpu.simulated import LOAD_PROFILES, MODELS, SimulatedBackend
+from gpu_exporter.exposition import HOSTNAME_LABELS, ExpositionOptions
+from gpu_exporter.kube_pods import in_cluster_lookup
+from gpu_exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
+from gpu_exporter.process_mapping import PodMapper
+from gpu_exporter.server import GpuExporter
+from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SimulatedBackend
 
 __all__ = ["build_exporter", "parse_address", "register", "run"]
 
@@ -142,7 +142,7 @@ def _backend(args: argparse.Namespace) -> GpuBackend:
         return SimulatedBackend(
             args.simulate, model=args.model, seed=args.seed, load_profile=args.load_profile
         )
-    from edge_agent.gpu.nvml_backend import NvmlBackend
+    from gpu_exporter.nvml_backend import NvmlBackend
 
     return NvmlBackend(processes=not args.no_custom_metrics)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from edge_agent.gpu.backend import (
+from gpu_exporter.backend import (
     BackendUnavailableError,
     GpuFailure,
     GpuInfo,

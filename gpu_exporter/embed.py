@@ -6,12 +6,12 @@ import os
 import socket
 from typing import Protocol
 
-from edge_agent.gpu.backend import GpuBackend
-from edge_agent.gpu.cli import parse_address
-from edge_agent.gpu.counters import default_counters
-from edge_agent.gpu.exposition import ExpositionOptions
-from edge_agent.gpu.server import GpuExporter
-from edge_agent.gpu.simulated import SimulatedBackend
+from gpu_exporter.backend import GpuBackend
+from gpu_exporter.cli import parse_address
+from gpu_exporter.counters import default_counters
+from gpu_exporter.exposition import ExpositionOptions
+from gpu_exporter.server import GpuExporter
+from gpu_exporter.simulated import SimulatedBackend
 
 __all__ = ["EmbeddedExporterConfig", "start_embedded_exporter"]
 
@@ -36,7 +36,7 @@ class EmbeddedExporterConfig(Protocol):
 def _backend(config: EmbeddedExporterConfig) -> GpuBackend:
     if config.simulate > 0:
         return SimulatedBackend(config.simulate, model=config.model, seed=config.seed)
-    from edge_agent.gpu.nvml_backend import NvmlBackend
+    from gpu_exporter.nvml_backend import NvmlBackend
 
     return NvmlBackend()
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from edge_agent.gpu.backend import (
+from gpu_exporter.backend import (
     GpuFailure,
     GpuInfo,
     GpuSample,

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from edge_agent.gpu.backend import GpuBackend, Snapshot
-from edge_agent.gpu.counters import Counter as CounterSpec
-from edge_agent.gpu.counters import MetricType
-from edge_agent.gpu.exposition import ExpositionOptions, render
-from edge_agent.gpu.process_mapping import PodMapper
+from gpu_exporter.backend import GpuBackend, Snapshot
+from gpu_exporter.counters import Counter as CounterSpec
+from gpu_exporter.counters import MetricType
+from gpu_exporter.exposition import ExpositionOptions, render
+from gpu_exporter.process_mapping import PodMapper
 
 __all__ = ["CONTENT_TYPE", "GpuExporter", "SelfMetrics"]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_agent.gpu.backend import GpuSample, PodRef, ProcessSample, Snapshot
+from gpu_exporter.backend import GpuSample, PodRef, ProcessSample, Snapshot
 
 __all__ = [
     "MAX_CGROUP_FILE_BYTES",
@@ -81,7 +81,7 @@ def read_process_cgroup(pid: int, proc_root: str | Path = "/proc") -> CgroupRef 
 
 
 PodLookup = Callable[[CgroupRef], PodRef | None]
-"""(pod UID, container id) -> pod (e.g. `edge_agent.gpu.kube_pods.ApiServerPodLookup`)."""
+"""(pod UID, container id) -> pod (e.g. `gpu_exporter.kube_pods.ApiServerPodLookup`)."""
 
 
 class PodMapper:

@@ -9,7 +9,7 @@ Run standalone with ``raven gpu-exporter`` or embed `GpuExporter` in the edge ag
     await exporter.stop()
 """
 
-from edge_agent.gpu.backend import (
+from gpu_exporter.backend import (
     BackendUnavailableError,
     GpuBackend,
     GpuFailure,
@@ -19,10 +19,10 @@ from edge_agent.gpu.backend import (
     ProcessSample,
     Snapshot,
 )
-from edge_agent.gpu.counters import Counter, CountersFileError, default_counters, parse_counters
-from edge_agent.gpu.exposition import ExpositionOptions, render
-from edge_agent.gpu.server import GpuExporter
-from edge_agent.gpu.simulated import SimulatedBackend
+from gpu_exporter.counters import Counter, CountersFileError, default_counters, parse_counters
+from gpu_exporter.exposition import ExpositionOptions, render
+from gpu_exporter.server import GpuExporter
+from gpu_exporter.simulated import SimulatedBackend
 
 __all__ = [
     "BackendUnavailableError",

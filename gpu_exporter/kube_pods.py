@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edge_agent.gpu.backend import PodRef
-from edge_agent.gpu.process_mapping import CgroupRef
+from gpu_exporter.backend import PodRef
+from gpu_exporter.process_mapping import CgroupRef
 
 __all__ = ["ApiServerPodLookup", "in_cluster_lookup"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edge_agent.gpu.backend import GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
-from edge_agent.gpu.counters import CUSTOM_METRICS, FIELDS, Counter, MetricType, ValueKind
+from gpu_exporter.backend import GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
+from gpu_exporter.counters import CUSTOM_METRICS, FIELDS, Counter, MetricType, ValueKind
 
 __all__ = ["HOSTNAME_LABELS", "ExpositionOptions", "escape_label_value", "render"]
 

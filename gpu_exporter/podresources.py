@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_agent.gpu.backend import PodRef
+from gpu_exporter.backend import PodRef
 
 __all__ = [
     "DEFAULT_SOCKET",
