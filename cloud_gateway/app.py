@@ -9,13 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.registry import AgentSession, Registry
 from cloud_gateway.tunnel_listener import TunnelListener
-from raven.admin import AdminServer
+from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.config.gateway import GatewayConfig, load_gateway_config
 from raven.config.loader import ConfigError
 from raven.keys import KeyError_, decode_key, read_private_key_file
@@ -53,11 +52,12 @@ class GatewayApp:
             handshake_rate_per_s=config.handshake_rate_per_s,
             handshake_burst=config.handshake_burst,
         )
-        self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
-        self.admin.app.router.add_get("/api/v1/agents", self._api_agents)
-        self.admin.app.router.add_get("/api/v1/nodes", self._api_nodes)
-        self.admin.app.router.add_get("/api/v1/targets", self._api_targets)
-        self.admin.app.middlewares.append(self._sample_middleware)
+        self.admin = AdminServer(
+            config.admin_listen, self.metrics_registry, self._ready, exposition=self._exposition
+        )
+        self.admin.add_route("/api/v1/agents", self._api_agents)
+        self.admin.add_route("/api/v1/nodes", self._api_nodes)
+        self.admin.add_route("/api/v1/targets", self._api_targets)
         self.draining = False
         self.proxy: Any = None
         self.l3: Any = None
@@ -144,24 +144,21 @@ class GatewayApp:
             return False, "tunnel listener not up"
         return True, ""
 
-    @web.middleware
-    async def _sample_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path == "/metrics":
-            self.listener.sample_all()
-        result: web.StreamResponse = await handler(request)
-        return result
+    def _exposition(self) -> bytes:
+        self.listener.sample_all()
+        return generate_latest(self.metrics_registry)
 
-    async def _api_agents(self, _request: web.Request) -> web.Response:
-        return web.json_response(self.registry.agents_json())
+    def _api_agents(self, _request: AdminRequest) -> AdminResponse:
+        return AdminResponse.json(self.registry.agents_json())
 
-    async def _api_nodes(self, _request: web.Request) -> web.Response:
-        return web.json_response(self.registry.nodes_json())
+    def _api_nodes(self, _request: AdminRequest) -> AdminResponse:
+        return AdminResponse.json(self.registry.nodes_json())
 
-    async def _api_targets(self, request: web.Request) -> web.Response:
+    def _api_targets(self, request: AdminRequest) -> AdminResponse:
         raw = request.query.get("port", "9400")
         if not raw.isdigit() or not 0 < int(raw) < 65536:
-            return web.Response(status=400, text="port must be 1-65535\n")
-        return web.json_response(self.registry.targets_json(int(raw)))
+            return AdminResponse.text("port must be 1-65535\n", 400)
+        return AdminResponse.json(self.registry.targets_json(int(raw)))
 
 
 async def run_gateway(config: GatewayConfig, config_path: str | Path | None = None) -> int:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
 from edge_agent.dialer import Dialer, DialSettings, GatewayLink
 from edge_agent.relay import Relay
-from raven.admin import AdminServer
+from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
@@ -48,7 +47,7 @@ class AgentApp:
             dns_server=config.dns_server,
         )
         self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
-        self.admin.app.router.add_get("/api/v1/status", self._api_status)
+        self.admin.add_route("/api/v1/status", self._api_status)
         self.nodes_served = Gauge(
             "raven_agent_nodes_served",
             "Nodes in this agent's table.",
@@ -127,7 +126,7 @@ class AgentApp:
             return False, "no tunnel to any gateway replica is up"
         return True, ""
 
-    async def _api_status(self, _request: web.Request) -> web.Response:
+    def _api_status(self, _request: AdminRequest) -> AdminResponse:
         links = []
         for link in self.dialer.links.values():
             links.append(
@@ -141,7 +140,7 @@ class AgentApp:
                     "refused": [{"entry": e, "reason": r} for e, r in link.refused],
                 }
             )
-        return web.json_response({"nodes": sorted(self.relay.nodes), "gateways": links})
+        return AdminResponse.json({"nodes": sorted(self.relay.nodes), "gateways": links})
 
 
 async def run_agent(config: AgentConfig) -> int:

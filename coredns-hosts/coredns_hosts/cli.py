@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from coredns_hosts.check import check_names, parse_server
@@ -28,11 +27,13 @@ from coredns_hosts.model import (
     parse_address,
 )
 from coredns_hosts.render import expected_answers, parse_hosts, render
-from coredns_hosts.runner import HostsGenerator, admin_app
+from coredns_hosts.runner import HostsGenerator, admin_server
 from coredns_hosts.sinks import Sink
 from coredns_hosts.sinks.configmap import DEFAULT_KEY, DEFAULT_NAME, DEFAULT_NAMESPACE
 from coredns_hosts.sources import Source
 from coredns_hosts.sources.kubernetes import DEFAULT_NODE_SELECTOR, DEFAULT_SERVICE
+from raven.admin import AdminServer
+from raven.config.loader import ConfigError
 from raven.protocol.constants import DEFAULT_HOSTS_ADMIN_PORT
 
 log = logging.getLogger(__name__)
@@ -257,14 +258,11 @@ async def _once(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "0.0.0.0", text
+def _admin(generator: HostsGenerator, text: str) -> AdminServer:
     try:
-        return host.strip("[]") or "0.0.0.0", int(port)
-    except ValueError:
-        raise InputError(f"bad --admin-listen {text!r}: use HOST:PORT") from None
+        return admin_server(generator, f":{text}" if text.isdigit() else text)
+    except ConfigError as exc:
+        raise InputError(f"bad --admin-listen: {exc}") from None
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -279,13 +277,9 @@ async def _run(args: argparse.Namespace) -> int:
         debounce_s=args.debounce_s,
         max_delay_s=args.max_delay_s,
     )
-    runner: web.AppRunner | None = None
-    if args.admin_listen != "off":
-        host, port = _listen(args.admin_listen)
-        runner = web.AppRunner(admin_app(generator), access_log=None, shutdown_timeout=2.0)
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        log.info("admin listening on %s:%d", host, port)
+    admin = None if args.admin_listen == "off" else _admin(generator, args.admin_listen)
+    if admin is not None:
+        await admin.start()
     task = asyncio.create_task(generator.run())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -295,8 +289,8 @@ async def _run(args: argparse.Namespace) -> int:
     except asyncio.CancelledError:
         log.info("stopping")
     finally:
-        if runner is not None:
-            await runner.cleanup()
+        if admin is not None:
+            await admin.stop()
     return EXIT_OK
 
 

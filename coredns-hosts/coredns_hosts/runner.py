@@ -1,6 +1,6 @@
 """The long-running generator: source changes -> debounce -> render -> every sink.
 
-Also the admin HTTP app (``/metrics``, ``/healthz``, ``/readyz``) on aiohttp.
+Also its admin server (``/metrics``, ``/healthz``, ``/readyz``), the shared `raven.admin` one.
 """
 
 from __future__ import annotations
@@ -11,15 +11,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from coredns_hosts.debounce import Debouncer
 from coredns_hosts.metrics import HostsMetrics
 from coredns_hosts.model import SinkError, SourceNotReady
 from coredns_hosts.render import Rendered, render
 from coredns_hosts.sinks import Sink
 from coredns_hosts.sources import Source
+from raven.admin import AdminServer
 
 log = logging.getLogger(__name__)
 
@@ -159,24 +157,11 @@ class HostsGenerator:
                 await source_task
 
 
-def admin_app(generator: HostsGenerator) -> web.Application:
-    registry = generator.metrics.registry
+def admin_server(generator: HostsGenerator, listen: str) -> AdminServer:
+    """The generator's admin server: /metrics, /healthz, and /readyz (ready once a sync
+    reached every sink, not ready while the last one failed)."""
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    def ready() -> tuple[bool, str]:
+        return generator.ready, generator.last_error or ""
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(_: web.Request) -> web.Response:
-        if generator.ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text=f"not ready: {generator.last_error}\n")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    return app
+    return AdminServer(listen, generator.metrics.registry, ready)

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from coredns_hosts.metrics import HostsMetrics
 from coredns_hosts.render import parse_hosts
-from coredns_hosts.runner import HostsGenerator, admin_app
+from coredns_hosts.runner import HostsGenerator, admin_server
 from coredns_hosts.sinks.file import FileSink
 from coredns_hosts.sources.registry import RegistrySource
 from coredns_hosts.sources.static import StaticSource
@@ -88,6 +88,17 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
+async def serve_admin(gen: HostsGenerator) -> AsyncIterator[str]:
+    admin = admin_server(gen, "127.0.0.1:0")
+    await admin.start()
+    assert admin.bound is not None
+    try:
+        yield f"http://127.0.0.1:{admin.bound[1]}"
+    finally:
+        await admin.stop()
+
+
+@contextlib.asynccontextmanager
 async def running(gen: HostsGenerator) -> AsyncIterator[None]:
     task = asyncio.create_task(gen.run())
     try:
@@ -112,7 +123,7 @@ async def test_registry_source_reachable_names_and_garbage(tmp_path: Path) -> No
     async with serve(app) as url:
         source = RegistrySource([url], gateway_addresses=[V4, V6], metrics=metrics, interval_s=0.05)
         gen = HostsGenerator(source, [FileSink(out)], metrics=metrics, debounce_s=0.01)
-        async with running(gen), serve(admin_app(gen)) as admin:
+        async with running(gen), serve_admin(gen) as admin:
             both = frozenset({V4, V6})
             await wait_for(lambda: hosts(out) == {"edge-gpu-1": both}, "reachable only")
             gw.set_nodes(edge_gpu_1=True, edge_gpu_2=True)
@@ -145,7 +156,7 @@ async def test_registry_never_answering_is_not_ready(tmp_path: Path) -> None:
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: refused
         source = RegistrySource([dead], gateway_addresses=[V4], metrics=metrics, interval_s=0.05)
         gen = HostsGenerator(source, [FileSink(tmp_path / "h")], metrics=metrics, retry_s=0.05)
-        async with running(gen), serve(admin_app(gen)) as admin:
+        async with running(gen), serve_admin(gen) as admin:
             await wait_for(lambda: err(metrics.registry, "source", "registry") >= 2, "errors")
             async with aiohttp.ClientSession() as session, session.get(admin + "/readyz") as r:
                 assert r.status == 503

@@ -1,0 +1,115 @@
+"""Memory of a started `raven agent`: RSS once its tunnel to a `raven gateway` is up.
+
+Both run as real processes on loopback with generated keys and configs (one node, no
+Kubernetes, no L3, no GPU exporter: the plain agent). The agent's RSS (VmRSS of
+/proc/<pid>/status) is read once its /readyz answers 200, then again after ``--settle-s``.
+Prints Markdown.
+
+Usage: python bench/bench_agent_rss.py [--settle-s 2] [--root DIR]
+``--root`` runs the code of another checkout (e.g. a ``git worktree`` of an older commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def vm_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"process exited rc={proc.returncode} before {url} answered")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"{url} not ready after {timeout_s}s")
+
+
+def write_configs(tmp: Path) -> tuple[Path, Path, int]:
+    from raven import keys
+
+    gw_priv, ag_priv = keys.generate_private_key(), keys.generate_private_key()
+    keys.write_private_key_file(tmp / "gw.key", gw_priv)
+    keys.write_private_key_file(tmp / "ag.key", ag_priv)
+    tunnel, agent_admin = free_port(), free_port()
+    gateway = {
+        "private_key_file": str(tmp / "gw.key"),
+        "tunnel_listen": f"127.0.0.1:{tunnel}",
+        "admin_listen": f"127.0.0.1:{free_port()}",
+        "proxy": {"http_listen": f"127.0.0.1:{free_port()}", "tls_listeners": []},
+        "agents": [{"name": "site-a", "public_key": keys.encode_key(keys.public_key(ag_priv)),
+                    "nodes": ["edge-*"]}],
+    }  # fmt: skip
+    agent = {
+        "private_key_file": str(tmp / "ag.key"),
+        "gateway": f"127.0.0.1:{tunnel}",
+        "gateway_public_key": keys.encode_key(keys.public_key(gw_priv)),
+        "nodes": {"edge-gpu-1": "127.0.0.1"},
+        "allowed_ports": [9400],
+        "admin_listen": f"127.0.0.1:{agent_admin}",
+    }
+    (tmp / "gateway.yaml").write_text(yaml.safe_dump(gateway))
+    (tmp / "agent.yaml").write_text(yaml.safe_dump(agent))
+    return tmp / "gateway.yaml", tmp / "agent.yaml", agent_admin
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settle-s", type=float, default=2.0)
+    parser.add_argument("--root", type=Path, default=ROOT)
+    args = parser.parse_args()
+    root = args.root.resolve()
+    env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'coredns-hosts'}"}
+    cmd = [sys.executable, "-c", "import sys; from raven.cli import main; sys.exit(main())"]
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        gw_cfg, ag_cfg, admin_port = write_configs(Path(tmp_dir))
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for name, cfg in (("gateway", gw_cfg), ("agent", ag_cfg)):
+                log = open(Path(tmp_dir) / f"{name}.log", "wb")  # noqa: SIM115
+                procs.append(subprocess.Popen([*cmd, name, "-c", str(cfg)], cwd=root, env=env,
+                                              stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+            agent = procs[1]
+            wait_ready(f"http://127.0.0.1:{admin_port}/readyz", agent)
+            at_ready = vm_rss_kib(agent.pid)
+            time.sleep(args.settle_s)
+            settled = vm_rss_kib(agent.pid)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(10)
+    print("| agent RSS | once ready | after settle |")
+    print("|---|---|---|")
+    print(f"| `raven agent` ({root.name}) | {at_ready / 1024:.1f} MiB | {settled / 1024:.1f} MiB |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The one admin HTTP server of every long-running process (gateway, agent, hosts generator,
+GPU exporter): `AdminRoutes` served over an HTTP backend.
+
+The backend is a small interface (`AdminBackend`); the default one runs on aiohttp and is
+imported only when the server starts, so a process can swap in another without carrying aiohttp.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from raven.admin.routes import AdminRequest, AdminResponse, AdminRoutes, Handler, ReadyCheck
+from raven.config.common import parse_hostport
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[[AdminRequest], Awaitable[AdminResponse]]
+
+
+class AdminBackend(Protocol):
+    """Serves ``dispatch`` over HTTP/1.1 on a TCP address."""
+
+    async def start(self, host: str, port: int, dispatch: Dispatch) -> tuple[str, int]:
+        """Listen (port 0: any free port) and return the bound (host, port)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop listening and close open connections (bounded)."""
+        ...
+
+
+class AdminServer:
+    """Metrics, health, readiness and the application's own routes of one process.
+
+    ``listen`` is ``host:port`` (``:port`` for every address, port 0 for any free one).
+    ``ready`` is the first readiness check; more can be added with `add_ready_check`.
+    ``exposition`` replaces the body of /metrics (default: the registry's text format).
+    """
+
+    def __init__(
+        self,
+        listen: str,
+        registry: CollectorRegistry,
+        ready: ReadyCheck | None = None,
+        *,
+        exposition: Callable[[], bytes] | None = None,
+        metrics_content_type: str = CONTENT_TYPE_LATEST,
+        backend: AdminBackend | None = None,
+    ) -> None:
+        self.host, self.port = parse_hostport(listen)
+        self.registry = registry
+        self.routes = AdminRoutes(
+            registry, exposition=exposition, metrics_content_type=metrics_content_type
+        )
+        if ready is not None:
+            self.routes.add_ready_check(ready)
+        self._backend = backend
+        self._running: AdminBackend | None = None
+        self.bound: tuple[str, int] | None = None
+
+    def add_route(
+        self, path: str, handler: Handler, *, method: str = "GET", public: bool = False
+    ) -> None:
+        self.routes.add_route(path, handler, method=method, public=public)
+
+    def add_ready_check(self, check: ReadyCheck) -> None:
+        self.routes.add_ready_check(check)
+
+    async def start(self) -> None:
+        if self._running is not None:
+            raise RuntimeError("admin server already started")
+        backend = self._backend
+        if backend is None:
+            from raven.admin.aiohttp_backend import AiohttpBackend
+
+            backend = AiohttpBackend()
+        self.bound = await backend.start(self.host, self.port, self.routes.dispatch)
+        self._running = backend
+        log.info("admin listening addr=%s:%d", self.host, self.bound[1])
+
+    async def stop(self) -> None:
+        running, self._running = self._running, None
+        if running is not None:
+            await running.stop()
