@@ -110,13 +110,12 @@ class NvmlBackend:
         n = self._nvml
         try:
             handle = n.nvmlDeviceGetHandleByIndex(index)
-            minor = self._call_or(index, lambda: n.nvmlDeviceGetMinorNumber(handle))
             total = self._call_or(0, lambda: n.nvmlDeviceGetMemoryInfo(handle).total)
             info = GpuInfo(
                 index=index,
                 uuid=_text(n.nvmlDeviceGetUUID(handle)),
                 pci_bus_id=_text(n.nvmlDeviceGetPciInfo(handle).busId),
-                device=f"nvidia{minor}",
+                device=f"nvidia{index}",  # dcgm-exporter: nvidia<index>, not the minor
                 model_name=_text(n.nvmlDeviceGetName(handle)),
                 memory_total_mib=int(total) // MIB,
             )

@@ -140,7 +140,7 @@ def test_gpu_lost_at_startup_reported_every_collection() -> None:
     snap = b.collect(ALL, now=0)
     assert len(snap.gpus) == 1
     assert snap.failures[0].info.index == 1
-    assert snap.failures[0].info.device == "nvidia1"
+    assert snap.failures[0].info.device == "nvidia1"  # nvidia<index>, as dcgm-exporter
 
 
 def test_processes_memory_and_utilisation() -> None:
