@@ -1,5 +1,8 @@
-"""Shared fixtures. ``no_leaked_tasks`` fails any async test that leaves tasks running
-(after wireguard-go's goroutine leak check)."""
+"""Rules for every test.
+
+- Every async test is checked for leaked tasks (after wireguard-go's goroutine leak check):
+  a task the test (or its fixtures) started and did not finish by the end of teardown fails it.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +10,42 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from pytest_asyncio import is_async_test
+
+#: Turns of the loop a closing transport or a cancelled task gets before it counts as leaked.
+LEAK_GRACE_TURNS = 50
+LEAK_GRACE_STEP_S = 0.01
+
+
+async def _leaked_since(before: set[asyncio.Task[object]]) -> set[asyncio.Task[object]]:
+    current = asyncio.current_task()
+    leaked: set[asyncio.Task[object]] = set()
+    for _ in range(LEAK_GRACE_TURNS):
+        leaked = {t for t in asyncio.all_tasks() - before if t is not current and not t.done()}
+        if not leaked:
+            break
+        await asyncio.sleep(LEAK_GRACE_STEP_S)
+    return leaked
 
 
 @pytest.fixture
 async def no_leaked_tasks() -> AsyncIterator[None]:
+    """Fails the test when tasks started after its set-up are still running after teardown."""
     before = set(asyncio.all_tasks())
     yield
-    current = asyncio.current_task()
-    leaked: set[asyncio.Task[object]] = set()
-    for _ in range(50):  # give closing transports and cancelled tasks a few turns
-        leaked = {t for t in asyncio.all_tasks() - before if t is not current and not t.done()}
-        if not leaked:
-            return
-        await asyncio.sleep(0.01)
+    leaked = await _leaked_since(before)
+    if not leaked:
+        return
     for task in leaked:
         task.cancel()
     await asyncio.gather(*leaked, return_exceptions=True)
     names = ", ".join(sorted(t.get_name() + ":" + repr(t.get_coro()) for t in leaked))
     pytest.fail(f"test left {len(leaked)} task(s) running: {names}")
+
+
+@pytest.fixture(autouse=True)
+def _check_async_tests_for_leaks(request: pytest.FixtureRequest) -> None:
+    """Applies ``no_leaked_tasks`` to every async test. An autouse fixture is set up before the
+    test's own fixtures, so the check is torn down last, after every fixture has cleaned up."""
+    if isinstance(request.node, pytest.Function) and is_async_test(request.node):
+        request.getfixturevalue("no_leaked_tasks")

@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cloud_gateway.app import GatewayApp
 from edge_agent.app import AgentApp
 from tests.helpers import KeyPair, agent_config, gateway_config, start_echo_server, wait_for
-
-pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
 
 
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:

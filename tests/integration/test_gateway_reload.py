@@ -10,7 +10,6 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import pytest
 import yaml
 
 from cloud_gateway.app import GatewayApp
@@ -19,8 +18,6 @@ from raven.config.gateway import GatewayConfig
 from raven.config.loader import from_dict
 from raven.service import watch_file
 from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
-
-pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
 
 
 def with_agents(config: GatewayConfig, agents: list[dict[str, object]]) -> GatewayConfig:

@@ -71,7 +71,7 @@ async def get(
         return r.status, dict(r.headers), await r.read()
 
 
-async def test_metrics_health_index(http: aiohttp.ClientSession, no_leaked_tasks: None) -> None:
+async def test_metrics_health_index(http: aiohttp.ClientSession) -> None:
     t = 1_763_780_000.0
     backend = SimulatedBackend(2, seed=1, load_profile="training")
     async with make_exporter(backend, clock=lambda: t) as ex:
@@ -92,16 +92,14 @@ async def test_metrics_health_index(http: aiohttp.ClientSession, no_leaked_tasks
         assert status == 200 and b'href="./metrics"' in body
 
 
-async def test_gzip_when_asked(http: aiohttp.ClientSession, no_leaked_tasks: None) -> None:
+async def test_gzip_when_asked(http: aiohttp.ClientSession) -> None:
     async with make_exporter(SimulatedBackend(2)) as ex:
         status, headers, body = await get(http, ex, "/metrics", headers={"Accept-Encoding": "gzip"})
         assert status == 200 and headers.get("Content-Encoding") == "gzip"
         assert b"DCGM_FI_DEV_GPU_TEMP" in gzip.decompress(body)
 
 
-async def test_failed_gpu_drops_series_scrape_stays_200(
-    http: aiohttp.ClientSession, no_leaked_tasks: None
-) -> None:
+async def test_failed_gpu_drops_series_scrape_stays_200(http: aiohttp.ClientSession) -> None:
     async with make_exporter(SimulatedBackend(3, failing=[1])) as ex:
         status, _, body = await get(http, ex, "/metrics")
         assert status == 200
@@ -129,9 +127,7 @@ class FlakyBackend:
         pass
 
 
-async def test_failed_collection_keeps_last_snapshot(
-    http: aiohttp.ClientSession, no_leaked_tasks: None
-) -> None:
+async def test_failed_collection_keeps_last_snapshot(http: aiohttp.ClientSession) -> None:
     backend = FlakyBackend()
     async with make_exporter(backend, interval_s=0.05) as ex:
         status, _, _ = await get(http, ex, "/metrics")
@@ -157,7 +153,7 @@ async def test_failed_collection_keeps_last_snapshot(
         assert status == 200
 
 
-async def test_collection_loop_refreshes(no_leaked_tasks: None) -> None:
+async def test_collection_loop_refreshes() -> None:
     now = [1_763_780_000.0]
     async with make_exporter(
         SimulatedBackend(1, load_profile="bursty"), interval_s=0.05, clock=lambda: now[0]
@@ -355,7 +351,7 @@ def test_pod_resources_over_a_real_grpc_unix_socket(tmp_path: Path) -> None:
     missing.close()
 
 
-async def test_embedded_exporter_for_the_agent(no_leaked_tasks: None) -> None:
+async def test_embedded_exporter_for_the_agent() -> None:
     from dataclasses import dataclass
 
     from gpu_exporter.embed import start_embedded_exporter

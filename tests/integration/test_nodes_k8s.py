@@ -18,7 +18,7 @@ from raven.config.agent import KubernetesNodeSource
 from tests.fakekube import FakeKube, make_node
 from tests.helpers import KeyPair, agent_config, gateway_config, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leaked_tasks")]
+pytestmark = pytest.mark.integration
 
 EDGE = {"raven.io/site": "a"}
 OTHER = {"raven.io/site": "b"}

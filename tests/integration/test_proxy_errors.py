@@ -13,7 +13,6 @@ from tests.integration.test_proxy_http import (
     FailingOpener,
     direct,
     free_port,
-    no_leaked_tasks,
     raw_exchange,
     running_proxy,
     sample,
@@ -21,7 +20,7 @@ from tests.integration.test_proxy_http import (
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["no_leaked_tasks", "target_port"]
+__all__ = ["target_port"]
 
 
 async def _status(

@@ -31,15 +31,6 @@ GZIPPED = gzip.compress(METRICS, mtime=0)
 MB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-async def no_leaked_tasks() -> AsyncIterator[None]:
-    yield
-    await asyncio.sleep(0.05)
-    me = asyncio.current_task()
-    left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
-    assert not left, f"tasks left running: {left}"
-
-
 # --------------------------------------------------------------------------- targets
 
 

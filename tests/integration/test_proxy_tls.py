@@ -26,7 +26,6 @@ from tests.integration.test_proxy_http import (
     METRICS,
     direct,
     free_port,
-    no_leaked_tasks,
     proxy_config,
     raw_exchange,
     running_proxy,
@@ -36,7 +35,6 @@ from tests.integration.test_proxy_http import (
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["no_leaked_tasks"]
 
 
 def _self_signed(tmp: Path) -> ssl.SSLContext:

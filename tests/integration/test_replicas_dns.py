@@ -21,8 +21,6 @@ from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
 from tests.helpers import KeyPair, free_port, require, start_echo_server, wait_for
 
-pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
-
 LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=0.5)
 REPLICAS = ["127.0.0.2", "127.0.0.3"]
 

@@ -7,14 +7,10 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.secure_channel import Role
 from tests.helpers import KeyPair, wait_for
 from tests.tunnel_site import LIMITS, Site, echo_port
-
-pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
 
 
 def handshakes(site: Site, result: str) -> float:

@@ -12,8 +12,6 @@ from raven.transport.stream import OpenFailure, StreamOpenError
 from tests.helpers import KeyPair, wait_for
 from tests.tunnel_site import LIMITS, Site, echo_port
 
-pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
-
 
 async def test_stream_echoed_through_tunnel(site: Site) -> None:
     port = echo_port(site)
