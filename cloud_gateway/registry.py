@@ -18,7 +18,7 @@ from raven.config.gateway import AuthorisedAgent
 from raven.keys import encode_key
 from raven.metrics import TunnelMetrics
 from raven.protocol.codes import CloseCode
-from raven.protocol.names import is_valid_node_name, normalize_node_name
+from raven.protocol.names import node_name_error, normalize_node_name
 from raven.transport.stream import OpenFailure, StreamOpenError
 from raven.transport.tunnel import Tunnel, TunnelStream
 
@@ -68,8 +68,9 @@ def check_registration(
     allowed_nets = [ipaddress.ip_network(p) for p in agent.prefixes]
     for raw in nodes:
         name = normalize_node_name(raw)
-        if not is_valid_node_name(name):
-            refused.append((raw, "not a valid node name"))
+        error = node_name_error(raw)
+        if error is not None:
+            refused.append((raw, f"not a valid node name: {error}"))
         elif not agent.may_serve(name):
             refused.append((raw, "not authorised for this agent key"))
         else:

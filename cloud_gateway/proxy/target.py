@@ -50,7 +50,9 @@ class Target:
 
 
 def check_node(name: str) -> str:
-    """The normalised node name, or :class:`ProxyError` (IP literal / not a DNS name)."""
+    """The normalised node name, or :class:`ProxyError` (IP literal / not a node name).
+    An absolute name in a Host header (``edge-gpu-7.``, one trailing dot) is its node's."""
+    name = name[:-1] if name.endswith(".") else name
     if is_ip_literal(name):
         raise ProxyError(ErrorKind.IP_LITERAL, f"{name} is an IP address; use a node name")
     if not is_valid_node_name(name):

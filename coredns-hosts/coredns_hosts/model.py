@@ -1,4 +1,5 @@
-"""Types shared by the hosts generator: entries, snapshots, errors and name validation.
+"""Types shared by the hosts generator: entries, snapshots, errors, addresses. Names follow
+the one node-name rule of `raven.protocol.names`.
 
 Pure: no I/O. A *snapshot* is what a source believes should resolve right now; the
 renderer (``render.py``) turns it into hosts-file text and the sinks write that text.
@@ -7,18 +8,11 @@ renderer (``render.py``) turns it into hosts-file text and the sinks write that 
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-#: Longest DNS name in presentation form, without the trailing dot (RFC 1035 2.3.4).
-MAX_NAME_LENGTH = 253
-#: One label: letters, digits and inner hyphens, 1 to 63 characters (RFC 1123 2.1).
-_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-_NAME = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}")
 
 
 class HostsError(Exception):
@@ -60,21 +54,6 @@ class Snapshot:
         """Every name resolves to the same addresses (the gateway Service's)."""
         addrs = tuple(addresses)
         return cls(tuple(Entry(n, addrs) for n in names), origin)
-
-
-def normalize_name(name: str) -> str | None:
-    """Return the canonical (lower-case) form of a host name, or None when it is invalid.
-
-    Valid: 1 to 253 characters, dot-separated RFC 1123 labels of 1 to 63 letters, digits and
-    inner hyphens, the last label not all digits (so a name can never look like an IPv4
-    address). No trailing dot, no wildcard, no underscore.
-    """
-    if not name or len(name) > MAX_NAME_LENGTH or not name.isascii():
-        return None
-    lowered = name.lower()
-    if _NAME.fullmatch(lowered) is None or lowered.rpartition(".")[2].isdigit():
-        return None
-    return lowered
 
 
 def parse_address(text: object) -> IPAddress:

@@ -10,7 +10,7 @@ from raven.config.common import LimitsConfig, LogConfig, TunConfig, parse_hostpo
 from raven.config.loader import ConfigError, doc, from_dict, load_yaml_file
 from raven.keys import KeyError_, decode_key
 from raven.protocol import constants
-from raven.protocol.names import is_valid_node_name
+from raven.protocol.names import node_name_error
 
 DEFAULT_ALLOWED_PORTS = [9400, 9100, 10250, 10255]
 
@@ -101,8 +101,8 @@ class AgentConfig:
         except KeyError_ as exc:
             raise ValueError(f"gateway_public_key: {exc}") from None
         for node, addr in self.nodes.items():
-            if not is_valid_node_name(node):
-                raise ValueError(f"nodes: {node!r} is not a valid node name (DNS labels)")
+            if (error := node_name_error(node)) is not None:
+                raise ValueError(f"nodes: {node[:80]!r} is not a valid node name: {error}")
             if not addr:
                 raise ValueError(f"nodes.{node}: empty address")
         for port in self.allowed_ports:

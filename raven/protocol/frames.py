@@ -64,7 +64,6 @@ _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _ENTRY_HEAD = struct.Struct(">BB")  # kind, length
-_NODE_CHARS = re.compile(r"[A-Za-z0-9.-]+")
 _PREFIX_CHARS = re.compile(r"[0-9A-Fa-f:./]+")
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -220,7 +219,7 @@ def _decode_reason(raw: bytes) -> str:
 
 def check_node_name(node: str) -> str:
     """Validate and normalise a node name for sending; LocalProtocolError if invalid."""
-    if not _NODE_CHARS.fullmatch(node) or not is_valid_node_name(node):
+    if not is_valid_node_name(node):
         raise LocalProtocolError(f"invalid node name {node[:80]!r}")
     return normalize_node_name(node)
 
@@ -237,7 +236,7 @@ def _decode_node(raw: bytes) -> str:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
         raise RemoteProtocolError("node name is not ASCII") from None
-    if not _NODE_CHARS.fullmatch(text) or not is_valid_node_name(text):
+    if not is_valid_node_name(text):
         raise RemoteProtocolError("invalid node name")
     return normalize_node_name(text)
 

@@ -1,8 +1,15 @@
-"""Node-name validation shared by frames, registration, config and the proxy.
+"""Node names: the one rule shared by the tunnel (frames, registration), the gateway's
+registry and proxy, the agent's node table and the hosts-file generator.
 
-A node name is a DNS name: dot-separated labels of letters, digits and '-', each
-1-63 characters, not starting or ending with '-', 253 characters at most. Names
-are compared in lower case. IP literals are not node names.
+A node name must be a Kubernetes node name and a name the generated hosts file can serve, so
+that every name the tunnel serves also resolves in DNS and the reverse:
+
+- 1 to 253 characters, ASCII, dot-separated labels (RFC 1123 2.1);
+- each label 1 to 63 letters, digits and inner hyphens (no ``_``, ``*``, space or empty label);
+- no trailing dot: an absolute name is not a node name (Kubernetes refuses it);
+- the last label not all digits (RFC 3696 2): ``123`` or ``site.42`` would read as an IPv4
+  address to many resolvers (``inet_aton("123")`` is ``0.0.0.123``), so DNS cannot serve it;
+- compared in lower case (DNS is case-insensitive; Kubernetes names are lower case).
 """
 
 from __future__ import annotations
@@ -11,13 +18,46 @@ import ipaddress
 import re
 
 MAX_NODE_NAME_BYTES = 253
-_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+"""Longest name in presentation form (RFC 1035 2.3.4, Kubernetes' DNS-1123 subdomain)."""
+MAX_LABEL_BYTES = 63
+
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def node_name_error(name: str) -> str | None:
+    """Why ``name`` is not a node name, or None when it is one."""
+    if not name:
+        return "empty"
+    if len(name) > MAX_NODE_NAME_BYTES:
+        return f"longer than {MAX_NODE_NAME_BYTES} characters"
+    if not name.isascii():
+        return "not ASCII"
+    if is_ip_literal(name):
+        return "an IP address, not a name"
+    if name.endswith("."):
+        return "ends with a dot"
+    labels = name.lower().split(".")
+    for label in labels:
+        if not _LABEL.fullmatch(label):
+            return f"label {label[: MAX_LABEL_BYTES + 1]!r} is not 1-63 letters, digits, inner '-'"
+    if labels[-1].isdigit():
+        return "last label is all digits (reads as an IP address)"
+    return None
+
+
+def is_valid_node_name(name: str) -> bool:
+    """True if ``name`` is a node name (see the module's rule)."""
+    return node_name_error(name) is None
+
+
+def canonical_node_name(name: str) -> str | None:
+    """The lower-case form of a valid node name, or None when ``name`` is not one."""
+    return name.lower() if node_name_error(name) is None else None
 
 
 def normalize_node_name(name: str) -> str:
-    """Lower-case, without one trailing dot."""
-    name = name.lower()
-    return name[:-1] if name.endswith(".") else name
+    """The form names are compared in (lower case). Validate with `is_valid_node_name`."""
+    return name.lower()
 
 
 def is_ip_literal(name: str) -> bool:
@@ -28,13 +68,3 @@ def is_ip_literal(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def is_valid_node_name(name: str) -> bool:
-    """True if ``name`` is a DNS name usable as a node name (and not an IP literal)."""
-    if not name or len(name) > MAX_NODE_NAME_BYTES or not name.isascii():
-        return False
-    norm = normalize_node_name(name)
-    if not norm or is_ip_literal(norm):
-        return False
-    return all(_LABEL.fullmatch(label) for label in norm.split("."))

@@ -82,8 +82,18 @@ def test_data_header_matches_encoder() -> None:
 
 
 def test_names_are_normalised() -> None:
-    wire = encode_frame(OpenFrame(2, "Edge-GPU-7.", 80))
+    wire = encode_frame(OpenFrame(2, "Edge-GPU-7", 80))
     assert parse_frames(wire) == [OpenFrame(2, "edge-gpu-7", 80)]
+
+
+@pytest.mark.parametrize("name", ["edge-gpu-7.", "123", "site.42", "edge_gpu", "10.0.0.1"])
+def test_names_dns_cannot_serve_are_refused_both_ways(name: str) -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_frame(OpenFrame(2, name, 80))
+    node = name.encode()
+    raw = encode_header(FrameType.OPEN, 0, 2, 2 + len(node)) + struct.pack(">H", 80) + node
+    with pytest.raises(RemoteProtocolError, match="invalid node name"):
+        parse_frames(raw)
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,12 @@ import ipaddress
 
 import pytest
 from coredns_hosts.debounce import Debouncer
-from coredns_hosts.model import Entry, InputError, Snapshot, normalize_name, parse_address
+from coredns_hosts.model import Entry, InputError, Snapshot, parse_address
 from coredns_hosts.render import HEADER, expected_answers, parse_hosts, render
 from hypothesis import given
 from hypothesis import strategies as st
+
+from raven.protocol.names import canonical_node_name
 
 V4 = ipaddress.ip_address("10.96.0.50")
 V6 = ipaddress.ip_address("fd00::50")
@@ -44,8 +46,8 @@ V6 = ipaddress.ip_address("fd00::50")
         ("edge#x", None),
     ],
 )
-def test_normalize_name(name: str, expected: str | None) -> None:
-    assert normalize_name(name) == expected
+def test_canonical_node_name(name: str, expected: str | None) -> None:
+    assert canonical_node_name(name) == expected
 
 
 def test_render_is_sorted_deterministic_and_dual_stack() -> None:
@@ -154,11 +156,11 @@ names = st.text(alphabet=st.sampled_from("abcXYZ019-._*\n é"), max_size=80)
 
 @given(names)
 def test_normalize_name_fuzz(name: str) -> None:
-    result = normalize_name(name)
+    result = canonical_node_name(name)
     if result is not None:
         assert result == name.lower() and len(result) <= 253
         assert all(1 <= len(label) <= 63 for label in result.split("."))
-        assert normalize_name(result) == result
+        assert canonical_node_name(result) == result
 
 
 @given(st.lists(st.tuples(names, st.sampled_from([V4, V6])), max_size=30))
@@ -167,7 +169,7 @@ def test_render_only_writes_valid_names_and_parses_back(pairs: list[tuple[str, o
     out = render(snap)
     parsed = parse_hosts(out.text)
     assert parsed == expected_answers(out.entries)
-    assert set(out.invalid_names) == {n for n, _ in pairs if normalize_name(n) is None}
+    assert set(out.invalid_names) == {n for n, _ in pairs if canonical_node_name(n) is None}
 
 
 @given(st.text(max_size=300))
@@ -177,4 +179,4 @@ def test_parse_hosts_fuzz(text: str) -> None:
     except InputError:
         return
     for name in parsed:
-        assert normalize_name(name) == name
+        assert canonical_node_name(name) == name

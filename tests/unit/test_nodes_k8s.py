@@ -63,8 +63,8 @@ def test_missing_status_means_no_address() -> None:
 
 
 def test_node_names_are_validated_and_normalised() -> None:
-    assert parse_node(_node(name="Edge-GPU-1.example."))[0] == "edge-gpu-1.example"
-    for bad in ("", "-x", "a_b", "10.0.0.1", "x" * 64, "é"):
+    assert parse_node(_node(name="Edge-GPU-1.example"))[0] == "edge-gpu-1.example"
+    for bad in ("", "-x", "a_b", "10.0.0.1", "x" * 64, "é", "edge-gpu-7.", "123", "site.42"):
         with pytest.raises(NodeObjectError):
             parse_node(_node(name=bad))
 
