@@ -1,22 +1,59 @@
-"""The `raven` command and its subcommands."""
+"""The `raven` command: a composition root that imports each subcommand's module, and so
+each application, only when that subcommand runs.
+
+`raven agent` therefore loads only what an agent uses, and one subcommand's environment (say
+``DCGM_EXPORTER_INTERVAL=30s`` for the GPU exporter) cannot break another (`raven keygen`).
+Nothing else in raven/ imports an application; the demo (raven/demo/) is the other
+composition root.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import importlib
-import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
-from raven import keys
-from raven.config.common import LogConfig
+from raven.exitcodes import DESCRIPTION as EXIT_CODES
+from raven.exitcodes import EXIT_USAGE
 
-log = logging.getLogger("raven")
 
-#: Modules that add their own subcommand with ``register(subparsers)``.
-PLUGIN_MODULES = ("gpu_exporter.cli", "coredns_hosts.cli", "raven.demo.cli")
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its one-line help (shown by `raven --help` without importing anything)
+    and the module whose ``register`` function adds its parser."""
+
+    name: str
+    help: str
+    module: str
+    register: str = "register"
+
+
+COMMANDS = (
+    Command("gateway", "run the cloud gateway (tunnel listener, proxy for Prometheus, admin API)",
+            "raven.commands.services", "register_gateway"),
+    Command("agent", "run the edge agent (dials out to the gateway, serves its site's nodes)",
+            "raven.commands.services", "register_agent"),
+    Command("check-config", "validate gateway or agent config files, reporting every problem "
+            "at once", "raven.commands.check_config", "register_check_config"),
+    Command("keygen", "print a new private key (base64 X25519, like wg genkey)",
+            "raven.commands.keys", "register_keygen"),
+    Command("pubkey", "read a private key on stdin, print its public key",
+            "raven.commands.keys", "register_pubkey"),
+    Command("coredns-hosts", "generate the CoreDNS hosts file of edge node names",
+            "coredns_hosts.cli"),
+    Command("gpu-exporter", "dcgm-exporter compatible GPU metrics exporter (NVML or simulated)",
+            "gpu_exporter.cli"),
+    Command("demo", "run gateway + edge agents + simulated GPU nodes on loopback",
+            "raven.demo.cli"),
+)  # fmt: skip
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "console", "text", "json")
 
 
 def run_async(main: Coroutine[Any, Any, int]) -> int:
@@ -28,97 +65,92 @@ def run_async(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
-def _keygen(_args: argparse.Namespace) -> int:
-    print(keys.encode_key(keys.generate_private_key()))
-    return 0
-
-
-def _pubkey(_args: argparse.Namespace) -> int:
-    text = sys.stdin.read()
-    try:
-        private = keys.decode_key(text)
-    except keys.KeyError_ as exc:
-        print(f"raven pubkey: stdin: {exc}", file=sys.stderr)
-        return 1
-    print(keys.encode_key(keys.public_key(private)))
-    return 0
-
-
-def _gateway(args: argparse.Namespace) -> int:
-    from cloud_gateway.app import run_gateway
-    from raven.config import load_gateway_config
-
-    return _run_service(
-        "gateway", args.config, load_gateway_config, lambda c: run_gateway(c, args.config)
+def _add_logging_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("logging (the same in every subcommand)")
+    g.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=None,
+        help="least severe level logged (default: the config file's log.level, else info)",
+    )
+    g.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=None,
+        help="console (readable), text (key=value) or json lines; auto: console on a "
+        "terminal, text otherwise (default: the config file's log.format, else auto)",
     )
 
 
-def _agent(args: argparse.Namespace) -> int:
-    from edge_agent.app import run_agent
-    from raven.config import load_agent_config
-
-    return _run_service("agent", args.config, load_agent_config, run_agent)
-
-
-class _ServiceConfig(Protocol):
-    @property
-    def log(self) -> LogConfig: ...
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is not a flag)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return None
 
 
-_C = TypeVar("_C", bound=_ServiceConfig)
+class _OneLineHelp:
+    """Hands a module the subparsers, with the command's one-line help taken from COMMANDS
+    (written once, shown the same whether or not the module is imported)."""
+
+    def __init__(self, subparsers: Any, help_text: str) -> None:
+        self._subparsers = subparsers
+        self._help = help_text
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs["help"] = self._help
+        kwargs.setdefault("description", self._help[0].upper() + self._help[1:] + ".")
+        parser: argparse.ArgumentParser = self._subparsers.add_parser(name, **kwargs)
+        return parser
 
 
-def _run_service(
-    name: str,
-    path: str,
-    load: Callable[[str], _C],
-    main: Callable[[_C], Coroutine[Any, Any, int]],
-) -> int:
-    """Load the config (errors: one line, exit 2), set up logging, run until signalled."""
-    from raven.config import ConfigError
-    from raven.logs import setup_logging
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: only the subcommand it names has its module imported, the
+    others are one-line placeholders for `raven --help`. ``None``: every subcommand in full
+    (for tools and tests that parse several command lines)."""
+    from raven.version import version_line
 
-    try:
-        config = load(path)
-    except (ConfigError, keys.KeyError_) as exc:
-        print(f"raven {name}: {exc}", file=sys.stderr)
-        return 2
-    setup_logging(config.log.level, config.log.format)
-    try:
-        return run_async(main(config))
-    except keys.KeyError_ as exc:
-        print(f"raven {name}: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"raven {name}: {exc}", file=sys.stderr)
-        return 1
-
-
-def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raven",
-        description="Edge tunnel gateway and Prometheus scrape proxy.",
+        description="Scrape edge GPU nodes by name through one outbound encrypted tunnel.",
+        epilog=f"{EXIT_CODES}. Run 'raven COMMAND --help' for a command's flags.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=version_line(), help="print the version and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("keygen", help="print a new private key (base64 X25519)")
-    p.set_defaults(func=_keygen)
-    p = sub.add_parser("pubkey", help="read a private key on stdin, print its public key")
-    p.set_defaults(func=_pubkey)
-    p = sub.add_parser("gateway", help="run the cloud gateway")
-    p.add_argument("--config", "-c", required=True, help="gateway YAML config file")
-    p.set_defaults(func=_gateway)
-    p = sub.add_parser("agent", help="run the edge agent")
-    p.add_argument("--config", "-c", required=True, help="agent YAML config file")
-    p.set_defaults(func=_agent)
-    for module in PLUGIN_MODULES:
-        importlib.import_module(module).register(sub)
+    chosen = _chosen(argv) if argv is not None else None
+    for command in COMMANDS:
+        if argv is None or command.name == chosen:
+            module = importlib.import_module(command.module)
+            p = getattr(module, command.register)(_OneLineHelp(sub, command.help))
+            _add_logging_flags(p)
+        else:
+            sub.add_parser(command.name, help=command.help)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func: Callable[[argparse.Namespace], int] = args.func
+    from raven.logs import setup_logging
+
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    chosen = _chosen(args_list)
+    names = [c.name for c in COMMANDS]
+    if chosen is not None and chosen not in names:
+        close = difflib.get_close_matches(chosen, names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        print(
+            f"raven: unknown command '{chosen}'; {hint}'raven --help' lists them", file=sys.stderr
+        )
+        return EXIT_USAGE
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:  # pragma: no cover - argparse requires a known command
+        parser.print_usage(sys.stderr)
+        return EXIT_USAGE
+    setup_logging(args.log_level or "info", args.log_format or "auto")
     return func(args)
 
 

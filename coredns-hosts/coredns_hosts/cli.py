@@ -42,7 +42,12 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def _source_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("source")
-    g.add_argument("--source", choices=["kubernetes", "registry", "static"], default="kubernetes")
+    g.add_argument(
+        "--source",
+        choices=["kubernetes", "registry", "static"],
+        default="kubernetes",
+        help="where edge node names come from: Kubernetes Nodes, gateway admin APIs, or a file",
+    )
     g.add_argument(
         "--gateway-address",
         action="append",
@@ -104,7 +109,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         metavar="NAMESPACE/NAME",
         help=f"also write this ConfigMap (flag alone: {DEFAULT_NAMESPACE}/{DEFAULT_NAME})",
     )
-    s.add_argument("--configmap-key", default=DEFAULT_KEY)
+    s.add_argument(
+        "--configmap-key", default=DEFAULT_KEY, help="ConfigMap data key (default %(default)s)"
+    )
     run.add_argument(
         "--once",
         action="store_true",
@@ -130,13 +137,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
 
     check = actions.add_parser("check", help="resolve every expected name against a DNS server")
-    check.add_argument("--server", required=True, metavar="IP[:PORT]")
+    check.add_argument(
+        "--server", required=True, metavar="IP[:PORT]", help="DNS server to query (CoreDNS)"
+    )
     check.add_argument(
         "--hosts-file",
         type=Path,
         help="expected names from this generated file instead of the source",
     )
-    check.add_argument("--timeout-s", type=float, default=2.0)
+    check.add_argument(
+        "--timeout-s", type=float, default=2.0, help="timeout of one DNS query in seconds"
+    )
     _source_options(check)
     parser.set_defaults(func=main)
     return parser

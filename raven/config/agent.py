@@ -6,8 +6,8 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from raven.config.common import LimitsConfig, LogConfig, TunConfig, parse_hostport, parse_prefix
-from raven.config.loader import ConfigError, doc, from_dict, load_yaml_file
+from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
+from raven.config.loader import doc, load_config
 from raven.keys import KeyError_, decode_key
 from raven.protocol import constants
 from raven.protocol.names import node_name_error
@@ -94,8 +94,8 @@ class AgentConfig:
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
 
     def __post_init__(self) -> None:
-        parse_hostport(self.gateway)
-        parse_hostport(self.admin_listen)
+        check_hostport("gateway", self.gateway)
+        check_hostport("admin_listen", self.admin_listen)
         try:
             decode_key(self.gateway_public_key)
         except KeyError_ as exc:
@@ -113,13 +113,10 @@ class AgentConfig:
         if self.connect_timeout_s <= 0 or self.resolve_interval_s <= 0:
             raise ValueError("timeouts must be positive")
         if self.dns_server:
-            host, _ = parse_hostport(self.dns_server, default_port=53)
+            host, _ = check_hostport("dns_server", self.dns_server, default_port=53)
             ipaddress.ip_address(host)
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
     """Load and validate an agent config file; raises ConfigError naming the problem."""
-    try:
-        return from_dict(AgentConfig, load_yaml_file(path))
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return load_config(AgentConfig, path)

@@ -38,6 +38,15 @@ def parse_hostport(value: str, default_port: int | None = None) -> tuple[str, in
     return host or "0.0.0.0", int(port_text)
 
 
+def check_hostport(field: str, value: str, default_port: int | None = None) -> tuple[str, int]:
+    """:func:`parse_hostport` for config field ``field``: the error names the field and shows
+    the expected form."""
+    try:
+        return parse_hostport(value, default_port)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {exc}; write host:port, e.g. 0.0.0.0:10262") from None
+
+
 def parse_prefix(value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     """An IP prefix such as ``10.20.0.0/16``; host bits must be zero."""
     try:
@@ -137,10 +146,14 @@ class TunConfig:
 @dataclass(frozen=True)
 class LogConfig:
     level: str = doc("Log level: debug, info, warning, error.", default="info")
-    format: str = doc("'text' (key=value lines) or 'json'.", default="text")
+    format: str = doc(
+        "'console' (readable), 'text' (key=value lines), 'json' (one object per line) or "
+        "'auto' (console on a terminal, text otherwise). The --log-format flag overrides it.",
+        default="auto",
+    )
 
     def __post_init__(self) -> None:
         if self.level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError(f"log.level {self.level!r} is not one of debug, info, warning, error")
-        if self.format not in {"text", "json"}:
-            raise ValueError("log.format must be 'text' or 'json'")
+        if self.format not in {"auto", "console", "text", "json"}:
+            raise ValueError(f"log.format {self.format!r} is not one of auto, console, text, json")

@@ -6,8 +6,8 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
-from raven.config.common import LimitsConfig, LogConfig, TunConfig, parse_hostport, parse_prefix
-from raven.config.loader import ConfigError, doc, from_dict, load_yaml_file
+from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
+from raven.config.loader import doc, load_config
 from raven.keys import KeyError_, decode_key
 from raven.protocol import constants
 
@@ -32,7 +32,10 @@ class AuthorisedAgent:
         try:
             decode_key(self.public_key)
         except KeyError_ as exc:
-            raise ValueError(f"agent {self.name!r}: public_key: {exc}") from None
+            raise ValueError(
+                f"agent {self.name!r}: public_key: {exc}; paste the output of "
+                "raven pubkey < agent.key"
+            ) from None
         for p in self.prefixes:
             parse_prefix(p)
 
@@ -54,7 +57,7 @@ class TlsListener:
     target_port: int = doc("Edge port the connection goes to (e.g. 10250 for the kubelet).")
 
     def __post_init__(self) -> None:
-        parse_hostport(self.listen)
+        check_hostport("listen", self.listen)
         if not 0 < self.target_port < 65536:
             raise ValueError(f"tls listener {self.listen}: target_port {self.target_port}")
 
@@ -88,7 +91,7 @@ class ProxyConfig:
     )
 
     def __post_init__(self) -> None:
-        parse_hostport(self.http_listen)
+        check_hostport("http_listen", self.http_listen)
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,8 @@ class GatewayConfig:
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
 
     def __post_init__(self) -> None:
-        parse_hostport(self.tunnel_listen)
-        parse_hostport(self.admin_listen)
+        check_hostport("tunnel_listen", self.tunnel_listen)
+        check_hostport("admin_listen", self.admin_listen)
         keys: set[str] = set()
         names: set[str] = set()
         for a in self.agents:
@@ -132,7 +135,4 @@ class GatewayConfig:
 
 def load_gateway_config(path: str | Path) -> GatewayConfig:
     """Load and validate a gateway config file; raises ConfigError naming the problem."""
-    try:
-        return from_dict(GatewayConfig, load_yaml_file(path))
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return load_config(GatewayConfig, path)

@@ -8,21 +8,34 @@ and a test checks the document against the classes.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-import yaml
+from raven.config.source import MAX_CONFIG_BYTES, ConfigError, Document, Problem, read_document
 
 T = TypeVar("T")
 
-#: Config files larger than this are refused (they are hand-written YAML).
-MAX_CONFIG_BYTES = 4 * 1024 * 1024
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "ConfigError",
+    "Problem",
+    "describe",
+    "doc",
+    "from_dict",
+    "load_config",
+    "load_yaml_file",
+]
 
 
-class ConfigError(Exception):
-    """A config file or value is invalid; the message names the file and the field."""
+class _Invalid:
+    """A value that could not be converted (its problem is already recorded)."""
+
+
+_INVALID = _Invalid()
 
 
 def doc(text: str, **kwargs: Any) -> Any:
@@ -32,99 +45,155 @@ def doc(text: str, **kwargs: Any) -> Any:
 
 
 def load_yaml_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping from ``path`` (bounded size, safe loader)."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{p}: larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    if data is None:
-        return {}
+    """Read a YAML mapping from ``path`` (bounded size, safe loader, no duplicate keys)."""
+    data = read_document(path).data
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: the top level must be a mapping")
+        raise ConfigError(f"{path}: the top level must be a mapping (field: value lines)")
     return data
 
 
+def load_config(cls: type[T], path: str | Path) -> T:
+    """Read ``path`` and build ``cls`` from it; a ConfigError lists every problem at once,
+    each with file:line:column and the field path."""
+    document = read_document(path)
+    return _build(cls, document)
+
+
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:
-    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types are errors."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {_kind(data)}")
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types are errors.
+    Every problem is collected and raised together in one ConfigError."""
+    return _build(cls, Document(data=data), where)
+
+
+def _build(cls: type[T], document: Document, where: str = "") -> T:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
-    hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(str(k) for k in data if k not in fields)
-    if unknown:
-        raise ConfigError(
-            f"{where or 'config'}: unknown field(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(fields))}"
-        )
-    kwargs: dict[str, Any] = {}
-    for name, f in fields.items():
-        path = f"{where}.{name}" if where else name
-        if name in data:
-            kwargs[name] = _convert(hints[name], data[name], path)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{path}: required")
-    try:
-        obj = cls(**kwargs)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{where or 'config'}: {exc}") from None
-    return typing.cast(T, obj)
+    collector = _Collector(document)
+    value = collector.dataclass(cls, document.data, where)
+    if collector.problems or isinstance(value, _Invalid):
+        ordered = sorted(collector.problems, key=lambda p: p.position or (0, 0))
+        raise ConfigError(problems=ordered)
+    return typing.cast(T, value)
+
+
+def _field_named_in(message: str, names: list[str], where: str) -> str:
+    """The path of the field a validation message names first (for its line and column),
+    else the path of the whole mapping."""
+    found = [(m.start(), name) for name in names if (m := re.search(rf"\b{name}\b", message))]
+    if not found:
+        return where
+    name = min(found)[1]
+    return f"{where}.{name}" if where else name
 
 
 def _kind(value: Any) -> str:
     return "nothing" if value is None else type(value).__name__
 
 
-def _convert(tp: Any, value: Any, path: str) -> Any:
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) == 1:
-            return _convert(non_none[0], value, path)
-        raise TypeError(f"unsupported union {tp!r}")
-    if dataclasses.is_dataclass(tp):
-        return from_dict(typing.cast(type[Any], tp), value, path)
-    if origin in (list, tuple):
+class _Collector:
+    """Converts untrusted data to typed values, recording every problem instead of stopping at
+    the first."""
+
+    def __init__(self, document: Document) -> None:
+        self.document = document
+        self.problems: list[Problem] = []
+
+    def problem(self, path: str, message: str, *, value: bool = True) -> _Invalid:
+        position = self.document.position_of(path, value=value)
+        self.problems.append(Problem(path, message, self.document.file, position))
+        return _INVALID
+
+    def dataclass(self, cls: type[Any], data: Any, where: str) -> Any:
+        if not isinstance(data, dict):
+            what = "the top level must be" if not where else "expected"
+            return self.problem(where, f"{what} a mapping (field: value lines), got {_kind(data)}")
+        hints = get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in fields:
+                self._unknown(str(key), sorted(fields), where)
+        kwargs: dict[str, Any] = {}
+        bad = False
+        for name, f in fields.items():
+            path = f"{where}.{name}" if where else name
+            if name in data:
+                kwargs[name] = self.convert(hints[name], data[name], path)
+                bad = bad or isinstance(kwargs[name], _Invalid)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                self.problem(
+                    path, f"required field missing: add {name}: ({f.metadata.get('doc', '')})"
+                )
+                bad = True
+        if bad:
+            return _INVALID
+        try:
+            built = cls(**kwargs)
+        except (ValueError, TypeError, ConfigError) as exc:
+            return self.problem(_field_named_in(str(exc), list(fields), where), str(exc))
+        return _INVALID if any(str(k) not in fields for k in data) else built
+
+    def _unknown(self, key: str, known: list[str], where: str) -> None:
+        path = f"{where}.{key}" if where else key
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(known)}"
+        self.problem(path, f"unknown field; {hint}", value=False)
+
+    def convert(self, tp: Any, value: Any, path: str) -> Any:
+        origin = get_origin(tp)
+        if origin in (Union, types.UnionType):
+            args = get_args(tp)
+            if value is None and type(None) in args:
+                return None
+            non_none = [a for a in args if a is not type(None)]
+            if len(non_none) == 1:
+                return self.convert(non_none[0], value, path)
+            raise TypeError(f"unsupported union {tp!r}")
+        if dataclasses.is_dataclass(tp):
+            return self.dataclass(typing.cast(type[Any], tp), value, path)
+        if origin in (list, tuple):
+            return self._list(tp, value, path)
+        if origin is dict:
+            return self._dict(tp, value, path)
+        return self._scalar(tp, value, path)
+
+    def _list(self, tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, list):
-            raise ConfigError(f"{path}: expected a list, got {_kind(value)}")
+            return self.problem(path, f"expected a list, got {_kind(value)}")
         (item,) = get_args(tp)[:1]
-        items = [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
+        items = [self.convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        if any(isinstance(i, _Invalid) for i in items):
+            return _INVALID
+        return tuple(items) if get_origin(tp) is tuple else items
+
+    def _dict(self, tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {_kind(value)}")
+            return self.problem(path, f"expected a mapping, got {_kind(value)}")
         kt, vt = get_args(tp)
-        return {
-            _convert(kt, k, f"{path} key"): _convert(vt, v, f"{path}.{k}") for k, v in value.items()
-        }
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {_kind(value)}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {_kind(value)}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: expected a number, got {_kind(value)}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {_kind(value)}")
-        return value
-    raise TypeError(f"{path}: unsupported config type {tp!r}")
+        out = {self.convert(kt, k, f"{path}.{k}"): self.convert(vt, v, f"{path}.{k}")
+               for k, v in value.items()}  # fmt: skip
+        if any(isinstance(x, _Invalid) for kv in out.items() for x in kv):
+            return _INVALID
+        return out
+
+    def _scalar(self, tp: Any, value: Any, path: str) -> Any:
+        if tp is bool:
+            if not isinstance(value, bool):
+                return self.problem(path, f"expected true or false, got {_kind(value)}")
+            return value
+        if tp is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                return self.problem(path, f"expected an integer, got {_kind(value)}")
+            return value
+        if tp is float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return self.problem(path, f"expected a number, got {_kind(value)}")
+            return float(value)
+        if tp is str:
+            if not isinstance(value, str):
+                hint = " (quote it)" if isinstance(value, int | float | bool) else ""
+                return self.problem(path, f"expected a string, got {_kind(value)}{hint}")
+            return value
+        raise TypeError(f"{path}: unsupported config type {tp!r}")
 
 
 def describe(cls: type[Any], prefix: str = "") -> list[tuple[str, str, str, str]]:

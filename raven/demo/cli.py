@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     from raven.logs import setup_logging
     from raven.protocol.constants import DEFAULT_TUNNEL_PORT
 
-    setup_logging("warning")
+    setup_logging(args.log_level or "warning", args.log_format or "auto")
     workdir: Path = args.workdir or workdir_default()
     base_port = args.base_port
     if base_port is None and not args.check:

@@ -31,7 +31,7 @@ def test_pubkey_rejects_garbage() -> None:
         [sys.executable, "-m", "raven.cli", "pubkey"], input="not a key", capture_output=True,
         text=True,
     )  # fmt: skip
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # bad input: EXIT_USAGE
     assert "not valid base64" in proc.stderr
 
 
