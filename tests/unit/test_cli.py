@@ -37,7 +37,7 @@ def test_applications_are_imported_only_for_their_subcommand() -> None:
     assert not apps & loaded_modules(["keygen"])
     agent = loaded_modules(["agent"])
     assert not {"coredns_hosts", "kubernetes", "raven.demo", "cloud_gateway"} & agent
-    assert not any(m.startswith(("gpu_exporter", "edge_agent.gpu")) for m in agent)
+    assert not any(m.startswith("gpu_exporter") for m in agent)
     assert "coredns_hosts.cli" in loaded_modules(["coredns-hosts"])
 
 
