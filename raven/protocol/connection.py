@@ -21,6 +21,7 @@ from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import Event, HandshakeCompleted
 from raven.protocol.handshake import ReplayGuard
+from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer, TunnelStats
 from raven.protocol.secure_channel import Role, SecureChannel
@@ -29,6 +30,9 @@ __all__ = ["Role", "TunnelConnection"]
 
 #: ConnectionTerminated reason when the handshake did not finish in time.
 HANDSHAKE_TIMEOUT_REASON = "handshake_timeout"
+#: ... and when message 1 was answered but no authenticated record followed (a replayed
+#: message 1 ends this way: it never replaces a live session).
+UNCONFIRMED_REASON = "unconfirmed"
 
 
 class TunnelConnection:
@@ -62,7 +66,6 @@ class TunnelConnection:
             replay_guard=replay_guard,
         )
         self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
-        self._handshake_reported = False
 
     # ------------------------------------------------------------------ properties
 
@@ -72,7 +75,12 @@ class TunnelConnection:
 
     @property
     def handshake_complete(self) -> bool:
+        """Keys confirmed (see raven.protocol.lifecycle): HandshakeCompleted was emitted."""
         return self._channel.handshake_complete
+
+    @property
+    def state(self) -> TunnelState:
+        return self._mux.state
 
     @property
     def remote_static(self) -> bytes | None:
@@ -128,13 +136,12 @@ class TunnelConnection:
         except RemoteProtocolError as exc:
             self._fail(exc.code, str(exc))
             return
-        if not self._handshake_reported and self._channel.handshake_complete:
-            self._handshake_reported = True
-            self._mux.start_timers(now)
+        mux = self._mux
+        if mux.state is TunnelState.HANDSHAKING and self._channel.handshake_complete:
+            mux.confirm(now)
             remote = self._channel.remote_static
             assert remote is not None
-            self._mux.add_event(HandshakeCompleted(remote))
-        mux = self._mux
+            mux.add_event(HandshakeCompleted(remote))
         try:
             for payload in payloads:
                 mux.receive_payload(payload, now)
@@ -144,17 +151,16 @@ class TunnelConnection:
             self._fail(CloseCode.INTERNAL, f"internal error: {exc}")
 
     def _fail(self, code: CloseCode, reason: str) -> None:
-        if self._channel.handshake_complete:
-            self._mux.close(code, reason)
-        else:
-            self._mux.abort(code, reason, by_peer=False)
+        # a CLOSE record goes out only on a tunnel whose keys were confirmed
+        self._mux.close(code, reason)
 
     def data_to_send(self, max_bytes: int | None = None, now: float | None = None) -> bytes:
         """Wire bytes to write: the handshake, then records sealed from the multiplexer's
         payloads (control first, then fair round-robin stream data) up to about
         ``max_bytes`` of plaintext. ``now`` defaults to the latest time seen."""
         channel = self._channel
-        if channel.handshake_complete:
+        # records go out once the keys are confirmed, and a final CLOSE after a failure
+        if channel.handshake_complete or (channel.has_keys and self._mux.closed):
             if now is None:
                 now = self._now
             mux = self._mux
@@ -173,7 +179,9 @@ class TunnelConnection:
         """True when data_to_send would return something."""
         if self._channel.bytes_to_send:
             return True
-        return self._channel.handshake_complete and self._mux.has_output
+        channel = self._channel
+        sealing = channel.handshake_complete or (channel.has_keys and self._mux.closed)
+        return sealing and self._mux.has_output
 
     def next_event(self) -> Event | None:
         return self._mux.next_event()
@@ -194,7 +202,10 @@ class TunnelConnection:
         if not self._channel.handshake_complete:
             deadline = self._channel.handshake_deadline
             if deadline is not None and now >= deadline:
-                self._mux.abort(CloseCode.AUTH_FAILED, HANDSHAKE_TIMEOUT_REASON, by_peer=False)
+                reason = HANDSHAKE_TIMEOUT_REASON
+                if self._channel.awaiting_confirmation:
+                    reason = UNCONFIRMED_REASON
+                self._mux.abort(CloseCode.AUTH_FAILED, reason, by_peer=False)
             return
         self._mux.handle_timer(now)
 

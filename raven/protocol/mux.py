@@ -61,6 +61,7 @@ from raven.protocol.frames import (
     encode_register_result,
     parse_frames,
 )
+from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, next_tunnel_state
 from raven.protocol.limits import Limits
 from raven.protocol.scheduler import MAX_PAYLOAD_BYTES, Scheduler, TunnelStats
 from raven.protocol.streams import (
@@ -100,9 +101,8 @@ class Multiplexer:
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events: deque[Event] = deque()
         self._buffered = 0
-        self._closed = False
-        self._local_goaway = False
-        self._peer_goaway = False
+        #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
+        self._state = TunnelState.HANDSHAKING
         self._drain_deadline: float | None = None
         self._last_received = now
         self._next_ping = now + limits.keepalive_interval_s
@@ -114,13 +114,21 @@ class Multiplexer:
     # ------------------------------------------------------------------ properties
 
     @property
+    def state(self) -> TunnelState:
+        return self._state
+
+    @property
     def closed(self) -> bool:
-        return self._closed
+        return self._state is TunnelState.CLOSED
 
     @property
     def draining(self) -> bool:
         """GOAWAY was sent or received: no new streams either way."""
-        return self._local_goaway or self._peer_goaway
+        return self._state in DRAINING_STATES
+
+    def _move(self, event: TunnelInput) -> TunnelState:
+        self._state = next_tunnel_state(self._state, event)
+        return self._state
 
     @property
     def rtt_s(self) -> float | None:
@@ -159,16 +167,10 @@ class Multiplexer:
             raise LocalProtocolError(f"no stream {stream_id}")
         return stream
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LocalProtocolError("the tunnel is closed")
-
     def open_stream(self, node: str, port: int) -> int:
         """Ask the peer for a stream to ``node``:``port``; StreamAccepted or
         StreamRefused follows (StreamRefused BUSY at once when max_streams is reached)."""
-        self._check_open()
-        if self.draining:
-            raise LocalProtocolError("the tunnel is draining: no new streams")
+        self._move(TunnelInput.SEND_OPEN_STREAM)
         stream_id = self._next_local_id
         if stream_id > MAX_STREAM_ID:
             raise LocalProtocolError("stream ids exhausted on this tunnel")
@@ -225,7 +227,7 @@ class Multiplexer:
     def reset_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
         """Abort a stream; a no-op for a stream that is already gone (races with the peer)."""
         stream = self._streams.get(stream_id)
-        if stream is None or self._closed:
+        if stream is None or self.closed:
             return
         self._send_reset(stream, code, reason)
 
@@ -236,7 +238,7 @@ class Multiplexer:
             return  # reset or closed meanwhile; its bytes were already released
         increment = stream.on_consumed(size, self._limits.credit_update_ratio)
         self._buffered -= size
-        if increment and stream.state in RECEIVING_STATES and not self._closed:
+        if increment and stream.state in RECEIVING_STATES and not self.closed:
             stream.apply(_I.SEND_CREDIT)
             self._queue_control(encode_frame(CreditFrame(stream_id, increment)))
 
@@ -267,7 +269,7 @@ class Multiplexer:
 
     def send_datagram(self, data: bytes) -> bool:
         """Queue one L3 packet; False (dropped, counted) when oversize, queue full or closed."""
-        if self._closed:
+        if self.closed:
             return self._drop("closed")
         if not data or len(data) > self._max_datagram:
             return self._drop("oversize")
@@ -285,7 +287,7 @@ class Multiplexer:
 
     def register(self, nodes: Iterable[str], prefixes: Iterable[str]) -> None:
         """(initiator) Announce the whole set of nodes and prefixes we serve."""
-        self._check_open()
+        self._move(TunnelInput.SEND_REGISTRATION)
         if not self._initiator:
             raise LocalProtocolError("only the initiator (agent) registers")
         nodes, prefixes = list(nodes), list(prefixes)
@@ -301,7 +303,7 @@ class Multiplexer:
         refused: Iterable[tuple[str, str]] = (),
     ) -> None:
         """(responder) Tell the agent what it may serve and what was refused, and why."""
-        self._check_open()
+        self._move(TunnelInput.SEND_REGISTRATION)
         if self._initiator:
             raise LocalProtocolError("only the responder (gateway) answers a registration")
         frames = encode_register_result(
@@ -314,26 +316,27 @@ class Multiplexer:
 
     def go_away(self, code: CloseCode, reason: str, now: float) -> None:
         """Drain: no new streams either way; open ones get drain_timeout_s to finish."""
-        self._check_open()
-        if self._local_goaway:
+        if self._state in (TunnelState.DRAINING_LOCAL, TunnelState.DRAINING_BOTH):
             return
-        self._local_goaway = True
+        self._move(TunnelInput.SEND_GOAWAY)
         self._drain_deadline = now + self._limits.drain_timeout_s
         self._queue_control(encode_frame(GoAwayFrame(code, reason)))
 
     def close(self, code: CloseCode, reason: str) -> None:
         """Close the tunnel: a CLOSE frame is the last thing sent."""
-        if self._closed:
+        if self.closed:
             return
+        confirmed = self._state is not TunnelState.HANDSHAKING
         self.abort(code, reason, by_peer=False)
-        self._queue_control(encode_frame(CloseFrame(code, reason)))
+        if confirmed:
+            self._queue_control(encode_frame(CloseFrame(code, reason)))
 
     def abort(self, code: CloseCode, reason: str, *, by_peer: bool) -> None:
         """The tunnel is over: every stream is reset (TUNNEL_CLOSED), nothing more is
         sent or read, then ConnectionTerminated. Queue a CLOSE with :meth:`close`."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self._move(TunnelInput.RECV_CLOSE if by_peer else TunnelInput.LOCAL_CLOSE)
         reason = clean_reason(reason)
         for stream in list(self._streams.values()):
             self._events.append(
@@ -345,13 +348,15 @@ class Multiplexer:
         self._out.clear()
         self._events.append(ConnectionTerminated(code, reason, by_peer))
 
-    def start_timers(self, now: float) -> None:
-        """(Re)start keepalive from ``now`` (the connection calls it when keys are ready)."""
+    def confirm(self, now: float) -> None:
+        """The channel is established (keys confirmed): the tunnel opens and keepalive
+        starts from ``now``."""
+        self._move(TunnelInput.LOCAL_CONFIRMED)
         self._last_received = now
         self._next_ping = now + self._limits.keepalive_interval_s
 
     def get_timer(self) -> float | None:
-        if self._closed:
+        if self._state is TunnelState.HANDSHAKING or self.closed:
             return None
         timer = min(self._next_ping, self._last_received + self._limits.dead_peer_timeout_s)
         if self._drain_deadline is not None:
@@ -359,7 +364,7 @@ class Multiplexer:
         return timer
 
     def handle_timer(self, now: float) -> None:
-        if self._closed:
+        if self._state is TunnelState.HANDSHAKING or self.closed:
             return
         limits = self._limits
         if now >= self._last_received + limits.dead_peer_timeout_s:
@@ -414,12 +419,13 @@ class Multiplexer:
 
     def receive_payload(self, payload: bytes, now: float) -> None:
         """Handle the frames payload of one record. Raises RemoteProtocolError."""
-        if self._closed:
+        if self.closed:
             return
+        self._move(TunnelInput.RECV_FRAMES)
         self._last_received = now
         received = self.stats.frames_received
         for frame in parse_frames(payload):
-            if self._closed:
+            if self.closed:
                 return
             if type(frame) is DataFrame:
                 received["data"] = received.get("data", 0) + 1
@@ -479,8 +485,8 @@ class Multiplexer:
         elif isinstance(frame, RegisterFrame | RegisterResultFrame):
             self._on_registration(frame)
         elif isinstance(frame, GoAwayFrame):
-            if not self._peer_goaway:
-                self._peer_goaway = True
+            if self._state not in (TunnelState.DRAINING_REMOTE, TunnelState.DRAINING_BOTH):
+                self._move(TunnelInput.RECV_GOAWAY)
                 self._events.append(GoAwayReceived(frame.code, frame.reason))
         elif isinstance(frame, CloseFrame):
             self.abort(frame.code, frame.reason, by_peer=True)

@@ -45,6 +45,7 @@ from raven.protocol.handshake import (
     create_initiation,
     create_response,
 )
+from raven.protocol.lifecycle import ChannelInput, ChannelState, next_channel_state
 from raven.protocol.limits import Limits
 from raven.protocol.noise import public_key
 from raven.protocol.records import (
@@ -68,14 +69,6 @@ class Role(enum.Enum):
 
     INITIATOR = "initiator"
     RESPONDER = "responder"
-
-
-class ChannelState(enum.Enum):
-    AWAIT_MAGIC = "await_magic"  # responder: nothing read yet
-    AWAIT_INITIATION = "await_initiation"  # responder: magic read
-    AWAIT_RESPONSE = "await_response"  # initiator: message 1 queued
-    ESTABLISHED = "established"  # transport keys in place
-    FAILED = "failed"  # the peer broke the protocol; nothing more is read
 
 
 @dataclass(slots=True)
@@ -185,7 +178,22 @@ class SecureChannel:
 
     @property
     def handshake_complete(self) -> bool:
+        """ESTABLISHED: the initiator read message 2, or the responder read the
+        initiator's first authenticated record (key confirmation)."""
+        return self._state is ChannelState.ESTABLISHED
+
+    @property
+    def has_keys(self) -> bool:
+        """Transport keys exist (a final CLOSE can be sealed even after a failure)."""
         return self._sender is not None
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """(responder) Message 1 was answered; the initiator's first record is due."""
+        return self._state is ChannelState.AWAIT_CONFIRMATION
+
+    def _move(self, event: ChannelInput) -> None:
+        self._state = next_channel_state(self._state, event)
 
     @property
     def remote_static(self) -> bytes | None:
@@ -223,6 +231,8 @@ class SecureChannel:
         MAX_RECORD_PLAINTEXT_BYTES - 1 bytes). A key-update record goes first when
         the sending key reached ``rekey_after_records`` or ``rekey_after_s``."""
         sender = self._sender
+        if sender is None or self._state is not ChannelState.ESTABLISHED:
+            self._move(ChannelInput.SEND_RECORD)  # raises unless a final CLOSE after a failure
         if sender is None:
             raise LocalProtocolError("seal() before the handshake completed")
         written = sender.seal(payload, now, self._out)
@@ -254,7 +264,7 @@ class SecureChannel:
                         if consumed < len(rest):
                             self._inbuf += rest[consumed:]
         except ProtocolError:
-            self._state = ChannelState.FAILED
+            self._move(ChannelInput.RECV_INVALID)
             self._inbuf = bytearray()
             raise
         finally:
@@ -294,7 +304,7 @@ class SecureChannel:
             if start != MAGIC:
                 raise RemoteProtocolError(_describe_bad_magic(start))
             offset = len(MAGIC)
-            self._state = ChannelState.AWAIT_INITIATION
+            self._move(ChannelInput.RECV_MAGIC)
         if offset == len(view):
             return offset
         with view[offset:] as rest:
@@ -302,7 +312,7 @@ class SecureChannel:
 
     def _check_length(self, length: int) -> None:
         state = self._state
-        if state is ChannelState.ESTABLISHED:
+        if state is ChannelState.ESTABLISHED or state is ChannelState.AWAIT_CONFIRMATION:
             if length < MIN_RECORD_BYTES:
                 raise RemoteProtocolError(f"record of {length} bytes is too short")
         elif state is ChannelState.AWAIT_INITIATION:
@@ -322,6 +332,9 @@ class SecureChannel:
         receiver = self._receiver
         if receiver is not None:
             payload = receiver.open(message)
+            if self._state is not ChannelState.ESTABLISHED:
+                self._move(ChannelInput.RECV_RECORD)  # key confirmation
+                self.handshake_deadline = None
             stats = self.stats
             stats.records_received += 1
             if payload is None:
@@ -341,14 +354,21 @@ class SecureChannel:
             response, keys = create_response(accepted)
             self._queue(len(response).to_bytes(LENGTH_PREFIX_BYTES, "big"))
             self._queue(response)
+            self._move(ChannelInput.RECV_INITIATION)
         else:
             assert self._pending is not None
             keys = consume_response(self._pending, message)
             self._pending = None
-        self._establish(keys)
+            self._move(ChannelInput.RECV_RESPONSE)
+            self.handshake_deadline = None
+        self._install(keys)
+        if self._role is Role.INITIATOR:
+            # our first record confirms the keys to the responder, who counts the
+            # session only then: an empty keepalive at once (as WireGuard)
+            self.seal(b"", self._now)
         return True
 
-    def _establish(self, keys: SessionKeys) -> None:
+    def _install(self, keys: SessionKeys) -> None:
         limits = self._limits
         self._sender = RecordSender(
             keys.send,
@@ -358,5 +378,3 @@ class SecureChannel:
         )
         self._receiver = RecordReceiver(keys.receive)
         self._handshake_hash = keys.handshake_hash
-        self._state = ChannelState.ESTABLISHED
-        self.handshake_deadline = None

@@ -4,6 +4,14 @@ Everything about the protocol lives in :mod:`raven.protocol`; this module only m
 bytes between the socket and the connection, turns events into futures and stream
 buffers, and keeps the connection's timer armed. It is the only place where the
 tunnel meets asyncio.
+
+Errors at this boundary: what the peer did to a stream (a reset, the tunnel closing)
+reaches the application as :class:`StreamResetError` / :class:`StreamOpenError`; an
+illegal call of ours (the lifecycle tables of :mod:`raven.protocol.lifecycle` and
+:mod:`raven.protocol.streams`) raises :class:`LocalProtocolError` to the caller, never
+swallowed. Events are processed iteratively: a handler that calls back into the
+tunnel (a refusal, an answer) queues more events for the same loop, never a nested
+one, so no number of frames in one read can exhaust the stack.
 """
 
 from __future__ import annotations
@@ -81,14 +89,17 @@ class TunnelStream:
 
     # ------------------------------------------------------------ incoming streams
     def accept(self) -> None:
-        """Accept an incoming stream (the agent connected to the target)."""
+        """Accept an incoming stream (the agent connected to the target). Raises
+        StreamResetError when the peer reset it (or the tunnel closed) meanwhile."""
+        if self._reset is not None:
+            raise self._reset
         if not self._answered:
             self._answered = True
             self._tunnel._call(lambda c: c.accept_stream(self.stream_id))
 
     def refuse(self, code: StreamCode, reason: str = "") -> None:
-        """Refuse an incoming stream with a reason code."""
-        if not self._answered:
+        """Refuse an incoming stream with a reason code (nothing to do once reset)."""
+        if not self._answered and self._reset is None:
             self._answered = True
             self._closed = True
             self._tunnel._call(lambda c: c.refuse_stream(self.stream_id, code, reason))
@@ -177,7 +188,6 @@ class Tunnel(asyncio.Protocol):
         self.closed: asyncio.Future[ev.ConnectionTerminated] = self.loop.create_future()
         self.streams: dict[int, TunnelStream] = {}
         self.rtt_s: float | None = None
-        self.draining = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._write_paused = False
@@ -185,6 +195,7 @@ class Tunnel(asyncio.Protocol):
         self._write_resumed.set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flush = False
+        self._in_events = False
         self._flush_scheduled = False
         self._no_streams = asyncio.Event()
 
@@ -226,6 +237,11 @@ class Tunnel(asyncio.Protocol):
         self._flush_now()
 
     # ------------------------------------------------------------ public API
+    @property
+    def draining(self) -> bool:
+        """GOAWAY sent or received (the connection's lifecycle state)."""
+        return self.conn.draining
+
     async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
         """Open a stream to ``node``:``port`` through this tunnel."""
         if self.closed.done():
@@ -273,8 +289,13 @@ class Tunnel(asyncio.Protocol):
         self._call(lambda c: c.answer_registration(nodes, prefixes, refused))
 
     def go_away(self, reason: str = "shutting down") -> None:
-        """Start draining: no new streams either way; open ones go on."""
-        self.draining = True
+        """Start draining: no new streams either way; open ones go on. A tunnel still
+        in its handshake has nothing to drain: it is closed."""
+        if self.closed.done():
+            return
+        if not self.conn.handshake_complete:
+            self.close(CloseCode.DRAINED, reason)
+            return
         self._call(lambda c: c.go_away(CloseCode.DRAINED, reason))
 
     def close(self, code: CloseCode = CloseCode.NORMAL, reason: str = "closing") -> None:
@@ -296,12 +317,11 @@ class Tunnel(asyncio.Protocol):
 
     # ------------------------------------------------------------ internals used by streams
     def _call(self, fn: Callable[[TunnelConnection], object]) -> None:
+        """Run one call on the connection (a no-op once the tunnel is closed: every
+        stream was already aborted). An illegal call raises LocalProtocolError."""
         if self.closed.done():
             return
-        try:
-            fn(self.conn)
-        except LocalProtocolError as exc:
-            log.debug("ignored local protocol error tunnel=%s err=%s", self.name, exc)
+        fn(self.conn)
         self._after_io()
 
     def _send(self, stream_id: int, data: bytes) -> None:
@@ -311,10 +331,7 @@ class Tunnel(asyncio.Protocol):
     def _consumed(self, stream_id: int, n: int) -> None:
         if self.closed.done():
             return
-        try:
-            self.conn.consume_stream_data(stream_id, n)
-        except LocalProtocolError:
-            return
+        self.conn.consume_stream_data(stream_id, n)
         self._flush()
 
     def _forget(self, stream_id: int) -> None:
@@ -374,8 +391,17 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def _process_events(self) -> None:
-        while (event := self.conn.next_event()) is not None:
-            self._dispatch(event)
+        """Dispatch queued events in a loop. A handler that calls back into the tunnel
+        lands here again: that inner call returns at once and the outer loop picks up
+        the events it queued (iterative, never re-entrant)."""
+        if self._in_events:
+            return
+        self._in_events = True
+        try:
+            while (event := self.conn.next_event()) is not None:
+                self._dispatch(event)
+        finally:
+            self._in_events = False
         if not self.streams:
             self._no_streams.set()
 
@@ -424,8 +450,6 @@ class Tunnel(asyncio.Protocol):
                 self.handshake.set_result(event.remote_static)
         elif isinstance(event, ev.PongReceived):
             self.rtt_s = event.rtt_s
-        elif isinstance(event, ev.GoAwayReceived):
-            self.draining = True
         elif isinstance(event, ev.ConnectionTerminated):
             self._terminate(event.code, event.reason, by_peer=event.by_peer, event=event)
             return

@@ -5,8 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from cloud_gateway.registry import Registry
+from cloud_gateway.tunnel_listener import TunnelListener
+from raven.protocol import events as ev
+from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.secure_channel import Role
 from tests.helpers import KeyPair, wait_for
@@ -163,3 +168,89 @@ async def test_garbage_floods_do_not_grow_memory(site: Site) -> None:
         writer.close()
     assert not site.listener.tunnels or all(t.closed.done() for t in site.listener.tunnels)
     await assert_still_serving(site)
+
+
+async def _raw_agent(
+    site: Site,
+) -> tuple[TunnelConnection, asyncio.StreamReader, asyncio.StreamWriter]:
+    """An authorised agent driven by hand over a raw socket, after the handshake."""
+    assert site.listener.bound is not None
+    conn = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
+                            remote_static=site.gw.public, limits=LIMITS,
+                            now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    reader, writer = await asyncio.open_connection(*site.listener.bound)
+    writer.write(conn.data_to_send())
+    conn.receive_data(await asyncio.wait_for(reader.read(4096), 5), time.monotonic())
+    assert conn.handshake_complete
+    writer.write(conn.data_to_send(None, time.monotonic()))  # the key-confirming record
+    await wait_for(lambda: "site-a" in site.registry.sessions)
+    return conn, reader, writer
+
+
+async def test_hundreds_of_opens_in_one_read_are_refused_iteratively(site: Site) -> None:
+    """The gateway serves no streams: each OPEN is refused from inside the event loop
+    of the adapter. Processed re-entrantly, a few hundred in one read raised
+    RecursionError and killed the tunnel; now each gets its refusal."""
+    await site.listener.start()
+    conn, reader, writer = await _raw_agent(site)
+    count = 800
+    for _ in range(count):
+        conn.open_stream("edge-x-1", 80)
+    wire = conn.data_to_send(None, time.monotonic())
+    writer.write(wire)
+    refused = 0
+    async with asyncio.timeout(10):
+        while refused < count:
+            data = await reader.read(65536)
+            assert data, "the gateway closed the tunnel"
+            conn.receive_data(data, time.monotonic())
+            while (event := conn.next_event()) is not None:
+                if isinstance(event, ev.StreamRefused):
+                    assert event.code is StreamCode.UNKNOWN_NODE
+                    refused += 1
+    assert "site-a" in site.registry.sessions
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_message_1_replayed_at_another_replica_never_evicts_the_live_session(
+    site: Site,
+) -> None:
+    """Two gateway replicas, each with its own registry and replay guard. The agent's
+    message 1 to replica A is recorded and replayed at replica B, where the agent's
+    live tunnel is: B answers it (its guard never saw that timestamp) but the session
+    counts only after key confirmation, which a replayer cannot give."""
+    # the agent's live tunnel lands on replica B (short handshake deadline for the test)
+    replica_b = site.listener = TunnelListener(
+        listen="127.0.0.1:0", static_private=site.gw.private, psk=bytes(32),
+        limits=replace(LIMITS, handshake_timeout_s=1.0), registry=site.registry,
+        metrics=site.gw_metrics, handshake_rate_per_s=100, handshake_burst=100,
+    )  # fmt: skip
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [])
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    live = site.registry.sessions["site-a"].tunnel
+    own_registry = Registry(list(site.registry.by_key.values()), site.gw_metrics)
+    replica_a = TunnelListener(
+        listen="127.0.0.1:0", static_private=site.gw.private, psk=bytes(32), limits=LIMITS,
+        registry=own_registry,
+        metrics=site.gw_metrics, handshake_rate_per_s=100, handshake_burst=100,
+    )  # fmt: skip
+    await replica_a.start()
+    assert replica_a.bound is not None and replica_b.bound is not None
+    later = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
+                             remote_static=site.gw.public, limits=LIMITS,
+                             now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    recorded = later.data_to_send()  # the agent's message 1 on its way to replica A
+    ra, wa = await asyncio.open_connection(*replica_a.bound)
+    wa.write(recorded)
+    assert await asyncio.wait_for(ra.read(4096), 5)  # A answers the genuine one
+    rb, wb = await asyncio.open_connection(*replica_b.bound)
+    wb.write(recorded)  # the attacker replays it at B
+    assert await asyncio.wait_for(rb.read(4096), 5)  # B answers too: it cannot know yet
+    await wait_for(lambda: handshakes(site, "unconfirmed") == 1)  # B's deadline passed
+    assert site.registry.sessions["site-a"].tunnel is live and not live.closed.done()
+    assert link.connects == 1
+    for w in (wa, wb):
+        w.close()
+        await w.wait_closed()
+    await replica_a.drain(0.1)

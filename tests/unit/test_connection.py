@@ -26,6 +26,7 @@ from raven.protocol.events import (
     StreamReset,
 )
 from raven.protocol.handshake import ReplayGuard
+from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
 from raven.protocol.noise import generate_keypair
 
@@ -201,10 +202,42 @@ def test_replayed_initiation_is_rejected() -> None:
     first = agent.data_to_send()
     gateway = make_gateway(replay_guard=guard)
     gateway.receive_data(first, 0.0)
+    agent.receive_data(gateway.data_to_send(), 0.0)
+    gateway.receive_data(agent.data_to_send(), 0.0)  # the agent's first record
     assert events(gateway) == [HandshakeCompleted(AGENT_PUB)]
     again = make_gateway(replay_guard=guard)
     again.receive_data(first, 0.0)
     assert events(again) == [ConnectionTerminated(CloseCode.AUTH_FAILED, "replay", False)]
+
+
+def test_session_counts_only_after_key_confirmation() -> None:
+    """Message 1 alone (e.g. replayed at another replica, whose replay guard never saw
+    it) is answered but never completes: no HandshakeCompleted, so no registry entry
+    replaces the live session; it ends as "unconfirmed" at the handshake deadline."""
+    agent = make_agent()
+    recorded = agent.data_to_send()
+    replica = make_gateway()  # its own, empty replay guard
+    replica.receive_data(recorded, 1.0)
+    assert replica.data_to_send()  # message 2 goes out (it cannot know yet)
+    assert not replica.handshake_complete and events(replica) == []
+    replica.open_stream("edge-gpu-1", 9400)  # queued: nothing goes out before confirmation
+    with pytest.raises(LocalProtocolError):
+        replica.go_away(CloseCode.DRAINED)  # nothing to drain yet
+    assert replica.state is TunnelState.HANDSHAKING and replica.data_to_send() == b""
+    replica.handle_timer(1.0 + LIMITS.handshake_timeout_s)
+    assert events(replica)[-1] == ConnectionTerminated(CloseCode.AUTH_FAILED, "unconfirmed", False)
+    assert replica.data_to_send() == b""  # nothing sealed for an unconfirmed peer
+
+
+def test_initiator_confirms_with_an_empty_record_at_once() -> None:
+    agent, gateway = make_agent(), make_gateway()
+    gateway.receive_data(agent.data_to_send(), 0.0)
+    agent.receive_data(gateway.data_to_send(), 0.0)
+    assert events(agent) == [HandshakeCompleted(GW_PUB)]
+    assert not gateway.handshake_complete
+    gateway.receive_data(agent.data_to_send(), 0.0)  # no frame queued: a keepalive record
+    assert gateway.handshake_complete
+    assert events(gateway) == [HandshakeCompleted(AGENT_PUB)]
 
 
 def test_wrong_gateway_key_fails_the_handshake() -> None:
@@ -326,9 +359,10 @@ def test_streams_queued_before_the_handshake_go_out_after_it() -> None:
 
 
 def _session() -> tuple[TunnelConnection, bytes]:
-    """An agent that sent its initiation, and the gateway's wire bytes of a short session."""
+    """An agent after the handshake, and the gateway's wire bytes of a short session."""
     agent, gateway = make_agent(), make_gateway()
-    gateway.receive_data(agent.data_to_send(), 0.0)
+    pump(agent, gateway)
+    events(agent)
     gateway.open_stream("edge-gpu-1", 80)
     gateway.send_datagram(b"\x45abc")
     gateway.answer_registration(["edge-gpu-1"], [], [("edge-gpu-2", "not authorised")])
@@ -341,7 +375,6 @@ def test_one_byte_at_a_time() -> None:
     agent.receive_data(wire, 0.0)
     expected = events(agent)
     assert [type(e).__name__ for e in expected] == [
-        "HandshakeCompleted",
         "StreamOpened",
         "RegistrationAnswered",
         "GoAwayReceived",

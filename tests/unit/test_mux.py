@@ -52,6 +52,8 @@ class Pair:
         self.now = 0.0
         self.agent = Multiplexer(initiator=True, limits=limits, now=self.now)
         self.gateway = Multiplexer(initiator=False, limits=gateway_limits or limits, now=self.now)
+        self.agent.confirm(self.now)
+        self.gateway.confirm(self.now)
         self.payloads = {id(self.agent): 0, id(self.gateway): 0}
 
     def flush(self, src: Multiplexer, dst: Multiplexer, max_payloads: int | None = None) -> int:
@@ -362,6 +364,8 @@ def test_datagrams_and_their_limits() -> None:
     assert events(pair.gateway) == [DatagramReceived(p) for p in packets]
     small = Multiplexer(initiator=False, limits=replace(limits, max_datagram_bytes=10), now=0.0)
     big = Multiplexer(initiator=True, limits=limits, now=0.0)
+    small.confirm(0.0)
+    big.confirm(0.0)
     assert big.send_datagram(bytes(11))
     payload = big.next_payload()
     assert payload is not None
@@ -491,7 +495,7 @@ def test_drain_timeout_resets_remaining_streams() -> None:
     pair.pump()
     assert pair.gateway.get_timer() == LIMITS.keepalive_interval_s
     now = 1.0 + LIMITS.drain_timeout_s
-    pair.gateway.start_timers(now)  # pretend the peer stayed alive
+    pair.gateway._last_received = now  # pretend the peer stayed alive
     pair.gateway.handle_timer(now)
     assert events(pair.gateway) == [StreamReset(sid, StreamCode.DRAINING, "drain timeout", False)]
     pair.pump()
@@ -574,6 +578,7 @@ def test_datagram_queue_is_bounded_in_bytes_too() -> None:
 
     limits = Limits(max_queued_datagrams=1000, max_queued_datagram_bytes=200_000)
     mux = Multiplexer(initiator=True, limits=limits, now=0.0)
+    mux.confirm(0.0)
     packet = bytes(60_000)
     accepted = [mux.send_datagram(packet) for _ in range(5)]
     assert accepted == [True, True, True, False, False]

@@ -41,6 +41,7 @@ from tests.unit.test_mux import LIMITS, Pair, events
 @given(st.lists(st.binary(max_size=200), max_size=5))
 def test_fuzz_receive_payload_raw(payloads: list[bytes]) -> None:
     mux = Multiplexer(initiator=True, limits=LIMITS, now=0.0)
+    mux.confirm(0.0)
     for payload in payloads:
         try:
             mux.receive_payload(payload, 0.0)

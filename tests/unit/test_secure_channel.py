@@ -56,7 +56,10 @@ def make_pair(
 def handshake(agent: SecureChannel, gateway: SecureChannel, now: float = 100.0) -> None:
     assert gateway.receive_data(agent.data_to_send(), now) == []
     assert agent.receive_data(gateway.data_to_send(), now) == []
-    assert agent.handshake_complete and gateway.handshake_complete
+    assert agent.handshake_complete and not gateway.handshake_complete
+    # the agent's first record (an empty keepalive, queued by itself) confirms the keys
+    assert gateway.receive_data(agent.data_to_send(), now) == [b""]
+    assert gateway.handshake_complete
 
 
 def test_handshake_completes_and_exposes_keys() -> None:
@@ -69,12 +72,15 @@ def test_handshake_completes_and_exposes_keys() -> None:
     assert agent.data_to_send() == b""
     assert not gateway.handshake_complete and gateway.remote_static is None
     gateway.receive_data(first, 5.0)
-    assert gateway.handshake_complete
+    assert gateway.state is ChannelState.AWAIT_CONFIRMATION and gateway.has_keys
+    assert not gateway.handshake_complete
     assert gateway.remote_static == AGENT_PUB
-    assert gateway.handshake_deadline is None
+    assert gateway.handshake_deadline == 5.0 + Limits().handshake_timeout_s
     assert not agent.handshake_complete
     agent.receive_data(gateway.data_to_send(), 5.5)
     assert agent.handshake_complete and agent.handshake_deadline is None
+    assert gateway.receive_data(agent.data_to_send(), 5.6) == [b""]
+    assert gateway.handshake_complete and gateway.handshake_deadline is None
     assert agent.remote_static == GW_PUB
     assert agent.handshake_hash == gateway.handshake_hash is not None
     assert agent.local_static == AGENT_PUB
@@ -92,7 +98,8 @@ def test_records_both_ways_and_stats() -> None:
     gateway.seal(b"pong", 101.0)
     gateway.seal(b"", 101.0)
     assert agent.receive_data(gateway.data_to_send(), 101.0) == [b"pong", b""]
-    assert agent.stats.records_sent == 200 == gateway.stats.records_received
+    # + the agent's key-confirmation record
+    assert agent.stats.records_sent == 201 == gateway.stats.records_received
     assert gateway.stats.records_sent == 2 == agent.stats.records_received
     assert agent.stats.bytes_sent == gateway.stats.bytes_received
     assert gateway.stats.bytes_sent == agent.stats.bytes_received
@@ -116,11 +123,16 @@ def test_one_byte_at_a_time() -> None:
     wire = agent.data_to_send()
     for i in range(len(wire)):
         assert gateway.receive_data(wire[i : i + 1], 100.0) == []
-        assert gateway.handshake_complete == (i == len(wire) - 1)
+        assert gateway.has_keys == (i == len(wire) - 1)
     wire = gateway.data_to_send()
     for i in range(len(wire)):
         agent.receive_data(wire[i : i + 1], 100.0)
     assert agent.handshake_complete
+    wire = agent.data_to_send()
+    for i in range(len(wire)):
+        assert not gateway.handshake_complete
+        gateway.receive_data(wire[i : i + 1], 100.0)
+    assert gateway.handshake_complete
     agent.seal(b"hello", 100.0)
     agent.seal(b"world" * 100, 100.0)
     wire = agent.data_to_send()
@@ -132,10 +144,16 @@ def test_one_byte_at_a_time() -> None:
 
 def test_response_and_records_in_one_chunk() -> None:
     agent, gateway = make_pair()
-    gateway.receive_data(agent.data_to_send(), 100.0)
-    gateway.seal(b"first", 100.0)
-    gateway.seal(b"second", 100.0)
-    assert agent.receive_data(gateway.data_to_send(), 100.0) == [b"first", b"second"]
+    agent.receive_data(b"", 100.0)
+    first = agent.data_to_send()
+    gateway.receive_data(first, 100.0)
+    with pytest.raises(LocalProtocolError):  # a responder seals only after confirmation
+        gateway.seal(b"early", 100.0)
+    agent.receive_data(gateway.data_to_send(), 100.0)
+    agent.seal(b"first", 100.0)
+    agent.seal(b"second", 100.0)
+    # confirmation record + two records in one chunk
+    assert gateway.receive_data(agent.data_to_send(), 100.0) == [b"", b"first", b"second"]
 
 
 def test_arbitrary_split_points() -> None:
@@ -167,7 +185,7 @@ def test_rekey_by_record_count() -> None:
     assert got == [i.to_bytes(2, "big") for i in range(95)]
     assert agent.stats.rekeys_sent == 9 == gateway.stats.rekeys_received
     # key-update records count as records
-    assert agent.stats.records_sent == 95 + 9 == gateway.stats.records_received
+    assert agent.stats.records_sent == 1 + 95 + 9 == gateway.stats.records_received
 
 
 def test_rekey_by_time() -> None:
@@ -301,7 +319,7 @@ def test_replayed_initiation_rejected_with_shared_guard() -> None:
     agent, gateway = make_pair(replay_guard=guard)
     wire = agent.data_to_send()
     gateway.receive_data(wire, 100.0)
-    assert gateway.handshake_complete
+    assert gateway.has_keys
     _, gateway2 = make_pair(replay_guard=guard)
     with pytest.raises(HandshakeRejected) as info:
         gateway2.receive_data(wire, 100.0)
