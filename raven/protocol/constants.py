@@ -21,10 +21,12 @@ TAG_BYTES = 16
 LENGTH_PREFIX_BYTES = 2
 #: Largest record plaintext (one record carries one or more frames).
 MAX_RECORD_PLAINTEXT_BYTES = NOISE_MAX_MESSAGE_BYTES - TAG_BYTES
+#: Largest frames payload of one record (the first plaintext byte is the record type).
+MAX_RECORD_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
 #: Frame header: type u8, flags u8, stream_id u32, length u16.
 FRAME_HEADER_BYTES = 8
 #: Largest payload of a single frame.
-MAX_FRAME_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1 - FRAME_HEADER_BYTES
+MAX_FRAME_PAYLOAD_BYTES = MAX_RECORD_PAYLOAD_BYTES - FRAME_HEADER_BYTES
 #: Size of the TAI64N timestamp in the initiator's first payload.
 TIMESTAMP_BYTES = 12
 #: Size of an X25519 key.

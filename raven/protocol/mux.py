@@ -2,7 +2,7 @@
 
 Sans-IO over plaintext record payloads: :meth:`Multiplexer.receive_payload`
 takes the frames payload of one record, :meth:`Multiplexer.next_payload`
-produces the next one to seal (at most ``MAX_RECORD_PLAINTEXT_BYTES - 1``
+produces the next one to seal (at most ``MAX_RECORD_PAYLOAD_BYTES``
 bytes). Events come out of :meth:`Multiplexer.next_event`. The peer's
 violations raise :class:`RemoteProtocolError` (the caller then calls
 :meth:`Multiplexer.abort`); our own illegal calls raise
@@ -63,7 +63,7 @@ from raven.protocol.frames import (
 )
 from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, next_tunnel_state
 from raven.protocol.limits import Limits
-from raven.protocol.scheduler import MAX_PAYLOAD_BYTES, Scheduler, TunnelStats
+from raven.protocol.scheduler import Scheduler, TunnelStats
 from raven.protocol.streams import (
     RECEIVING_STATES,
     SENDING_STATES,
@@ -72,7 +72,7 @@ from raven.protocol.streams import (
     StreamState,
 )
 
-__all__ = ["MAX_PAYLOAD_BYTES", "Multiplexer", "TunnelStats"]
+__all__ = ["Multiplexer", "TunnelStats"]
 
 #: Control bytes the peer may make us queue (PONGs, refusals) before it must read them.
 MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
@@ -97,7 +97,7 @@ class Multiplexer:
         self._last_peer_id = 0
         self.stats = TunnelStats()
         self._out = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
-        self._chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_PAYLOAD_BYTES - 8))
+        self._chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events: deque[Event] = deque()
         self._buffered = 0
@@ -403,7 +403,7 @@ class Multiplexer:
         self._out.queue_control(frame)
 
     def next_payload(self) -> bytes | None:
-        """The frames payload of the next record (at most MAX_PAYLOAD_BYTES), or None."""
+        """The frames payload of the next record (at most MAX_RECORD_PAYLOAD_BYTES), or None."""
         return self._out.next_payload()
 
     def _on_end_sent(self, stream: Stream) -> None:

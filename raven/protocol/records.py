@@ -24,6 +24,7 @@ from collections.abc import Callable
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import (
     LENGTH_PREFIX_BYTES,
+    MAX_RECORD_PAYLOAD_BYTES,
     MAX_RECORD_PLAINTEXT_BYTES,
     TAG_BYTES,
 )
@@ -40,8 +41,6 @@ __all__ = [
     "split_messages",
 ]
 
-#: Largest frames payload of one record (one byte goes to the record type).
-MAX_RECORD_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
 #: Smallest record ciphertext: the type byte and the tag.
 MIN_RECORD_BYTES = 1 + TAG_BYTES
 

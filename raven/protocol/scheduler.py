@@ -13,14 +13,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_RECORD_PLAINTEXT_BYTES
+from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_RECORD_PAYLOAD_BYTES
 from raven.protocol.frames import FrameType, encode_data_header, encode_header
 from raven.protocol.streams import Stream
 
-__all__ = ["MAX_PAYLOAD_BYTES", "Scheduler", "TunnelStats"]
+__all__ = ["Scheduler", "TunnelStats"]
 
-#: Largest frames payload of one record (one plaintext byte is the record type).
-MAX_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
 #: A DATA frame is not started in a payload with less room than this (unless it all fits).
 _MIN_DATA_CHUNK = 1024
 _FRAME_LABELS = {int(t): t.label for t in FrameType}
@@ -61,7 +59,7 @@ class Scheduler:
     def __init__(
         self, quantum: int, stats: TunnelStats, on_end_sent: Callable[[Stream], None]
     ) -> None:
-        self._quantum = max(1, min(quantum, MAX_PAYLOAD_BYTES - FRAME_HEADER_BYTES))
+        self._quantum = max(1, min(quantum, MAX_RECORD_PAYLOAD_BYTES - FRAME_HEADER_BYTES))
         self._quantum_left = self._quantum
         self._stats = stats
         self._on_end_sent = on_end_sent
@@ -107,7 +105,7 @@ class Scheduler:
     def next_payload(self) -> bytes | None:
         """The frames payload of the next record, or None when nothing is waiting."""
         parts: list[bytes | memoryview] = []
-        room = MAX_PAYLOAD_BYTES
+        room = MAX_RECORD_PAYLOAD_BYTES
         sent = self._stats.frames_sent
         control = self._control
         while control and len(control[0]) <= room:
@@ -128,7 +126,7 @@ class Scheduler:
 
     def _add_datagrams(self, parts: list[bytes | memoryview], room: int) -> int:
         datagrams = self._datagrams
-        floor = MAX_PAYLOAD_BYTES // 2 if self._ready else 0
+        floor = MAX_RECORD_PAYLOAD_BYTES // 2 if self._ready else 0
         count = 0
         while datagrams:
             size = len(datagrams[0]) + FRAME_HEADER_BYTES

@@ -26,7 +26,6 @@ from raven.protocol.constants import (
     KEY_BYTES,
     LENGTH_PREFIX_BYTES,
     MAGIC,
-    MAX_RECORD_PLAINTEXT_BYTES,
 )
 from raven.protocol.errors import (
     HandshakeRejected,
@@ -56,10 +55,9 @@ from raven.protocol.records import (
     split_messages,
 )
 
-__all__ = ["MAX_SEAL_PAYLOAD_BYTES", "ChannelState", "ChannelStats", "Role", "SecureChannel"]
+__all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
 
 #: Largest frames payload :meth:`SecureChannel.seal` accepts.
-MAX_SEAL_PAYLOAD_BYTES = MAX_RECORD_PLAINTEXT_BYTES - 1
 
 _HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
 
@@ -228,7 +226,7 @@ class SecureChannel:
 
     def seal(self, payload: bytes, now: float) -> None:
         """Queue one record carrying ``payload`` (a frames payload of at most
-        MAX_RECORD_PLAINTEXT_BYTES - 1 bytes). A key-update record goes first when
+        MAX_RECORD_PAYLOAD_BYTES bytes). A key-update record goes first when
         the sending key reached ``rekey_after_records`` or ``rekey_after_s``."""
         sender = self._sender
         if sender is None or self._state is not ChannelState.ESTABLISHED:

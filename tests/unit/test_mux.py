@@ -7,7 +7,10 @@ from dataclasses import replace
 import pytest
 
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES, MAX_RECORD_PLAINTEXT_BYTES
+from raven.protocol.constants import (
+    MAX_FRAME_PAYLOAD_BYTES,
+    MAX_RECORD_PAYLOAD_BYTES,
+)
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
@@ -39,7 +42,7 @@ from raven.protocol.frames import (
     parse_frames,
 )
 from raven.protocol.limits import Limits
-from raven.protocol.mux import MAX_PAYLOAD_BYTES, Multiplexer
+from raven.protocol.mux import Multiplexer
 from raven.protocol.streams import StreamState
 
 LIMITS = Limits(stream_window_bytes=64 * 1024, max_frame_payload_bytes=16 * 1024)
@@ -62,7 +65,7 @@ class Pair:
             payload = src.next_payload()
             if payload is None:
                 break
-            assert len(payload) <= MAX_RECORD_PLAINTEXT_BYTES - 1
+            assert len(payload) <= MAX_RECORD_PAYLOAD_BYTES
             dst.receive_payload(payload, self.now)
             count += 1
         self.payloads[id(src)] += count
@@ -396,7 +399,7 @@ def test_datagrams_do_not_starve_streams() -> None:
     payload = pair.gateway.next_payload()
     assert payload is not None
     data = sum(len(f.data) for f in parse_frames(payload) if isinstance(f, DataFrame))
-    assert data >= MAX_PAYLOAD_BYTES // 4
+    assert data >= MAX_RECORD_PAYLOAD_BYTES // 4
 
 
 # --------------------------------------------------------------------------- keepalive

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import MAGIC, MAX_RECORD_PLAINTEXT_BYTES
+from raven.protocol.constants import MAGIC, MAX_RECORD_PAYLOAD_BYTES
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.handshake import INITIATION_BYTES, ReplayGuard
 from raven.protocol.limits import Limits
@@ -108,8 +108,8 @@ def test_records_both_ways_and_stats() -> None:
 def test_largest_record_and_oversize_refused() -> None:
     agent, gateway = make_pair()
     handshake(agent, gateway)
-    big = bytes(range(256)) * 255 + bytes(MAX_RECORD_PLAINTEXT_BYTES - 1 - 256 * 255)
-    assert len(big) == MAX_RECORD_PLAINTEXT_BYTES - 1
+    big = bytes(range(256)) * 255 + bytes(MAX_RECORD_PAYLOAD_BYTES - 256 * 255)
+    assert len(big) == MAX_RECORD_PAYLOAD_BYTES
     agent.seal(big, 100.0)
     wire = agent.data_to_send()
     assert len(wire) == 2 + 65535
