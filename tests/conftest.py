@@ -2,19 +2,28 @@
 
 - Every async test is checked for leaked tasks (after wireguard-go's goroutine leak check):
   a task the test (or its fixtures) started and did not finish by the end of teardown fails it.
+- In CI (``RAVEN_REQUIRE_E2E=1``) a skipped test fails the run, whatever skipped it: a missing
+  tool, a missing privilege or a missing file must never turn into a silent pass.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Generator
 
 import pytest
 from pytest_asyncio import is_async_test
 
+REQUIRE_ENV = "RAVEN_REQUIRE_E2E"
 #: Turns of the loop a closing transport or a cancelled task gets before it counts as leaked.
 LEAK_GRACE_TURNS = 50
 LEAK_GRACE_STEP_S = 0.01
+
+
+def skips_fail() -> bool:
+    """True in CI: every skip is turned into a failure."""
+    return os.environ.get(REQUIRE_ENV) == "1"
 
 
 async def _leaked_since(before: set[asyncio.Task[object]]) -> set[asyncio.Task[object]]:
@@ -49,3 +58,32 @@ def _check_async_tests_for_leaks(request: pytest.FixtureRequest) -> None:
     test's own fixtures, so the check is torn down last, after every fixture has cleaned up."""
     if isinstance(request.node, pytest.Function) and is_async_test(request.node):
         request.getfixturevalue("no_leaked_tasks")
+
+
+def _fail_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"{REQUIRE_ENV}=1 turns every skip into a failure; {reason}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if skips_fail():
+        _fail_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    if skips_fail():
+        _fail_skip(report)
+    return report

@@ -4,7 +4,6 @@ last lines of every process log printed when a test fails."""
 from __future__ import annotations
 
 import faulthandler
-import os
 import signal
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -12,23 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.netns import Lab, cleanup_stale, missing_prerequisites
+from tests.helpers import require
 
-REQUIRE_ENV = "RAVEN_REQUIRE_E2E"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: After this long a test's threads' stacks are dumped to stderr (the test goes on).
 HANG_DUMP_S = 240.0
 
 
 def require_e2e(*tools: str) -> None:
-    """Skip the test when not root or a tool is missing, unless RAVEN_REQUIRE_E2E=1 (CI),
-    in which case a missing prerequisite fails it."""
+    """Skip the test when not root or a tool is missing (in CI the skip fails the run)."""
     problems = missing_prerequisites(tools)
-    if not problems:
-        return
-    message = "e2e prerequisites missing: " + "; ".join(problems)
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
-    pytest.skip(message)
+    require(not problems, "e2e prerequisites missing: " + "; ".join(problems))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

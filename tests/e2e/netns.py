@@ -25,12 +25,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from tests.helpers import ThreadDidNotReturn, call_in_thread
 
 T = TypeVar("T")
 
@@ -97,29 +98,20 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def run_in_netns(name: str, func: Callable[[], T]) -> T:
     """Call ``func`` in a fresh thread switched into namespace ``name``; return its result."""
-    box: dict[str, Any] = {}
 
-    def target() -> None:
+    def enter() -> None:
+        fd = os.open(NETNS_RUN_DIR / name, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            fd = os.open(NETNS_RUN_DIR / name, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _libc.setns(fd, _CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({name}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            box["value"] = func()
-        except BaseException as exc:
-            box["error"] = exc
+            if _libc.setns(fd, _CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns({name}): {os.strerror(err)}")
+        finally:
+            os.close(fd)
 
-    thread = threading.Thread(target=target, name=f"netns-{name}", daemon=True)
-    thread.start()
-    thread.join(10.0)
-    if thread.is_alive():
-        raise NetnsError(f"{func!r} in namespace {name} did not return within 10s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    try:
+        return call_in_thread(func, prepare=enter, name=f"netns-{name}", timeout_s=10.0)
+    except ThreadDidNotReturn:
+        raise NetnsError(f"{func!r} in namespace {name} did not return within 10s") from None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers import require
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,11 +36,7 @@ RUNNER = (
 
 
 def require_prometheus() -> None:
-    if os.path.exists(PROMETHEUS):
-        return
-    if os.environ.get("RAVEN_REQUIRE_E2E") == "1":
-        pytest.fail(f"prometheus not installed at {PROMETHEUS} and RAVEN_REQUIRE_E2E=1")
-    pytest.skip("prometheus not installed (apt-get install prometheus)")
+    require(os.path.exists(PROMETHEUS), f"prometheus not installed at {PROMETHEUS} (scripts/setup)")
 
 
 def free_port(host: str) -> int:

@@ -30,6 +30,8 @@ from coredns_hosts.sinks.file import FileSink
 from coredns_hosts.sources.static import StaticSource
 from prometheus_client import CollectorRegistry
 
+from tests.helpers import require
+
 pytestmark = pytest.mark.e2e
 DNSMASQ = shutil.which("dnsmasq") or (
     "/usr/sbin/dnsmasq" if Path("/usr/sbin/dnsmasq").exists() else None
@@ -42,11 +44,7 @@ def _require() -> None:
         missing.append("dnsmasq not installed")
     if os.geteuid() != 0:
         missing.append("not root")
-    if missing:
-        why = ", ".join(missing)
-        if os.environ.get("RAVEN_REQUIRE_E2E") == "1":
-            pytest.fail(f"RAVEN_REQUIRE_E2E=1 but {why}")
-        pytest.skip(why)
+    require(not missing, ", ".join(missing))
 
 
 def free_udp_tcp_port() -> int:

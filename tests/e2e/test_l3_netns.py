@@ -38,6 +38,7 @@ from raven.transport.tun import LinuxTun
 from tests.e2e.conftest import REPO_ROOT, require_e2e
 from tests.e2e.netns import Lab, Netns, Proc, run_in_netns, veth, wait_until
 from tests.e2e.prometheus import Prometheus, parse_exposition, static_job
+from tests.helpers import require
 
 EDGE_SUBNETS = ["192.168.50.0/24", "fd00:50::/64"]
 CLOUD_SUBNETS = ["10.1.0.0/24", "fd00:1::/64"]
@@ -57,10 +58,7 @@ def require_raven_apps() -> None:
     missing = [
         m for m in ("cloud_gateway/app.py", "edge_agent/app.py") if not (REPO_ROOT / m).exists()
     ]
-    if missing:
-        if os.environ.get("RAVEN_REQUIRE_E2E") == "1":
-            pytest.fail(f"missing {missing}", pytrace=False)
-        pytest.skip(f"missing {missing}")
+    require(not missing, f"missing {missing}")
 
 
 @dataclass

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import socket
 import subprocess
@@ -40,7 +39,7 @@ import pytest
 import yaml
 
 from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
-from tests.e2e.conftest import REPO_ROOT, REQUIRE_ENV, require_e2e
+from tests.e2e.conftest import REPO_ROOT, require_e2e
 from tests.e2e.netns import HttpResult, Lab, Netns, NetnsError, Proc, veth, wait_until
 from tests.e2e.prometheus import (
     Prometheus,
@@ -49,6 +48,7 @@ from tests.e2e.prometheus import (
     static_job,
     write_textfile,
 )
+from tests.helpers import require
 
 pytestmark = pytest.mark.e2e
 
@@ -157,13 +157,9 @@ def hosts_cmd() -> list[str]:
 
 
 def check_components() -> None:
-    """The Raven parts this test drives must exist (fail under RAVEN_REQUIRE_E2E=1)."""
+    """The Raven parts this test drives must exist."""
     missing = [c for c in ("gateway", "agent", "gpu-exporter") if c not in raven_subcommands()]
-    if missing:
-        message = f"raven subcommand(s) missing: {', '.join(missing)}"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require(not missing, f"raven subcommand(s) missing: {', '.join(missing)}")
 
 
 # --- building the lab ------------------------------------------------------------------------
