@@ -196,6 +196,15 @@ def _api_client(args: argparse.Namespace) -> Any:
     return client.ApiClient(configuration)
 
 
+def _api_config(args: argparse.Namespace) -> Any:
+    from raven.kube.client import in_cluster_config, kubeconfig_config
+
+    if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return in_cluster_config()
+    path = args.kubeconfig or os.path.expanduser("~/.kube/config")
+    return kubeconfig_config(path, args.kube_context)
+
+
 def build_source(args: argparse.Namespace, metrics: HostsMetrics) -> Source:
     if args.source == "static":
         from coredns_hosts.sources.static import StaticSource
@@ -222,7 +231,7 @@ def build_source(args: argparse.Namespace, metrics: HostsMetrics) -> Source:
     from coredns_hosts.sources.kubernetes import KubernetesSource
 
     return KubernetesSource(
-        _api_client(args),
+        _api_config(args),
         metrics=metrics,
         node_selector=args.node_selector,
         service=args.service,

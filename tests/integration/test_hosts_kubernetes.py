@@ -1,11 +1,11 @@
-"""Kubernetes source and ConfigMap sink: the real ``kubernetes`` client against a fake API."""
+"""Kubernetes source (raven.kube's reflector) and ConfigMap sink (the ``kubernetes`` client)
+against the fake API server."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ipaddress
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -23,6 +23,7 @@ from coredns_hosts.sources.kubernetes import KubernetesSource
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from raven.kube.client import ApiConfig
 from tests.fakekube import FakeKube
 
 pytestmark = pytest.mark.integration
@@ -66,7 +67,7 @@ class Running:
     ) -> None:
         self.metrics = HostsMetrics(CollectorRegistry())
         self.source = KubernetesSource(
-            api_client(kube), metrics=self.metrics, service=f"{NS}/{SVC}", **source_kw
+            ApiConfig(kube.url), metrics=self.metrics, service=f"{NS}/{SVC}", **source_kw
         )
         self.out = out
         self.generator = HostsGenerator(
@@ -97,8 +98,8 @@ async def running(kube: FakeKube, out: Path, **kw: Any) -> AsyncIterator[Running
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 20)
-        alive = [t.name for t in threading.enumerate() if t.name.startswith("watch-")]
-        assert alive == [], f"watch threads left running: {alive}"
+        alive = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("watch-")]
+        assert alive == [], f"watch tasks left running: {alive}"
 
 
 def both(*names: str) -> dict[str, frozenset[object]]:
@@ -136,7 +137,7 @@ async def test_stream_cut_mid_event_resumes_without_relist(kube, tmp_path) -> No
     kube.put_node("edge-1", EDGE)
     async with running(kube, tmp_path / "hosts") as r:
         await r.names(both("edge-1"), "initial list")
-        rv_before = r.source.node_watcher.resource_version
+        rv_before = r.source.node_cache.resource_version
         kube.cut_next_event = True
         kube.put_node("edge-cut", EDGE)
         await r.names(both("edge-1", "edge-cut"), "event delivered after the cut")
@@ -177,9 +178,7 @@ async def test_bookmark_keeps_resume_point_fresh(kube, tmp_path) -> None:
         for i in range(5):
             kube.put_node(f"cloud-{i}", {})  # changes the node watch never sees
         bookmark_rv = kube.bookmark()
-        await wait_for(
-            lambda: r.source.node_watcher.resource_version == str(bookmark_rv), "bookmark"
-        )
+        await wait_for(lambda: r.source.node_cache.resource_version == str(bookmark_rv), "bookmark")
         kube.compact()  # history before the bookmark is gone
         kube.cut_next_event = True
         kube.put_node("edge-2", EDGE)

@@ -1,4 +1,4 @@
-"""KubernetesNodeWatcher against tests/fakekube/ through the real kubernetes client."""
+"""KubernetesNodeWatcher (raven.kube's reflector) against tests/fakekube/ over real HTTP."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from edge_agent.nodes_k8s import KubernetesNodeWatcher, start_node_source
 from raven.config.agent import KubernetesNodeSource
+from raven.kube.client import ApiConfig, KubeClient
 from tests.fakekube import FakeKube, make_node
 from tests.helpers import KeyPair, agent_config, gateway_config, wait_for
 
@@ -66,9 +66,8 @@ class Harness:
         self.watcher = watcher
 
 
-def _api_client(kube: FakeKube) -> Any:
-    conf = client.Configuration(host=kube.url)
-    return client.ApiClient(conf)
+def _api_client(kube: FakeKube) -> KubeClient:
+    return KubeClient(ApiConfig(kube.url), connect_timeout_s=2.0)
 
 
 async def _start(
@@ -80,7 +79,6 @@ async def _start(
         "min_backoff_s": 0.05,
         "max_backoff_s": 0.2,
         "watch_timeout_s": (30, 30),
-        "connect_timeout_s": 2.0,
     }
     opts.update(kwargs)
     watcher = KubernetesNodeWatcher(api, SELECTOR, rec, **opts)
@@ -94,7 +92,7 @@ async def _stop(task: asyncio.Task[None], api: Any) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert time.monotonic() - started < 3.0, "cancelling the watcher must not hang"
-    await asyncio.to_thread(api.close)
+    await api.close()
 
 
 @pytest.fixture
@@ -176,7 +174,7 @@ async def test_stream_cut_resumes_from_resource_version_without_relist(harness: 
 
 @pytest.mark.parametrize("gone_as_http", [False, True], ids=["error-event", "http-410"])
 async def test_410_gone_relists(gone_as_http: bool, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="edge_agent.nodes_k8s")
+    caplog.set_level(logging.INFO, logger="raven.kube")
     async with FakeKube(gone_as_http=gone_as_http, bookmark_interval_s=60) as kube:
         kube.put_node("edge-gpu-1", EDGE, "192.168.1.10")
         rec = Recorder()
@@ -232,7 +230,7 @@ async def test_bookmark_advances_resource_version(harness: Harness) -> None:
 async def test_garbage_is_skipped_with_a_warning(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="edge_agent.nodes_k8s")
+    caplog.set_level(logging.WARNING, logger="raven.kube")
     kube, rec = harness.kube, harness.rec
     await _watching(kube)
     kube.inject_raw(b"this is not json")
@@ -255,7 +253,7 @@ async def test_garbage_is_skipped_with_a_warning(
 
 
 async def test_garbage_in_list_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="edge_agent.nodes_k8s")
+    caplog.set_level(logging.WARNING, logger="raven.kube")
     async with FakeKube() as kube:
         kube.put_node("edge-gpu-1", EDGE, "192.168.1.10")
         broken = make_node("edge-gpu-2", EDGE, internal_ips=["192.168.1.11"])
@@ -266,13 +264,13 @@ async def test_garbage_in_list_is_skipped(caplog: pytest.LogCaptureFixture) -> N
         _, task, api = await _start(kube, rec)
         try:
             await rec.wait_for({"edge-gpu-1": "192.168.1.10"})
-            assert "skipping garbage node in list" in caplog.text
+            assert "skipping garbage object in list" in caplog.text
         finally:
             await _stop(task, api)
 
 
 async def test_api_errors_back_off_and_recover(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="edge_agent.nodes_k8s")
+    caplog.set_level(logging.WARNING, logger="raven.kube")
     async with FakeKube() as kube:
         kube.put_node("edge-gpu-1", EDGE, "192.168.1.10")
         kube.fail_requests = 3
@@ -291,9 +289,7 @@ async def test_unreachable_server_keeps_retrying_then_connects() -> None:
         port = kube.port
     # Nothing listens on `port` now: the watcher must keep retrying, not crash.
     rec = Recorder()
-    conf = client.Configuration(host=f"http://127.0.0.1:{port}")
-    conf.retries = 0
-    api = client.ApiClient(conf)
+    api = KubeClient(ApiConfig(f"http://127.0.0.1:{port}"))
     watcher = KubernetesNodeWatcher(
         api, SELECTOR, rec, debounce_s=0.05, min_backoff_s=0.05, max_backoff_s=0.1
     )
@@ -410,12 +406,16 @@ async def test_410_on_every_watch_backs_off_instead_of_spinning() -> None:
         kube.put_node("edge-gpu-1", EDGE, "192.168.1.10")
         kube.expire_every_watch = True
         rec = Recorder()
-        _, task, api = await _start(kube, rec, min_backoff_s=0.1, max_backoff_s=0.4)
+        watcher, task, api = await _start(kube, rec, min_backoff_s=0.1, max_backoff_s=0.4)
         try:
             await rec.wait_for({"edge-gpu-1": "192.168.1.10"})
-            await asyncio.sleep(2.0)
-            lists = len(kube.list_requests())
-            assert 3 <= lists <= 15, f"{lists} relists in 2 s"
+            schedule = watcher.reflector.schedule
+            async with asyncio.timeout(10):
+                while len(kube.list_requests()) < 4:
+                    await asyncio.sleep(0.02)
+            # 410s in a row count up and every relist after the first waits a backoff
+            # (Schedule.gone, unit-tested on a hand clock) instead of spinning.
+            assert schedule.gone_streak >= 3
             # The table stays served meanwhile, and changes still arrive through the relists.
             kube.put_node("edge-gpu-2", EDGE, "192.168.1.11")
             await rec.wait_for(lambda t: "edge-gpu-2" in t)

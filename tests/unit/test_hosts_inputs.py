@@ -10,12 +10,13 @@ import pytest
 from coredns_hosts.check import Mismatch, parse_server
 from coredns_hosts.model import InputError
 from coredns_hosts.render import render
-from coredns_hosts.sources.kube_watch import resource_version_of
-from coredns_hosts.sources.kubernetes import node_name, service_cluster_ips
+from coredns_hosts.sources.kubernetes import _service_addresses
 from coredns_hosts.sources.registry import RegistryError, parse_registry_nodes
 from coredns_hosts.sources.static import parse_static
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from raven.kube.objects import KubeObjectError, node_name, resource_version, service_cluster_ips
 
 V4 = ipaddress.ip_address("10.96.0.50")
 V6 = ipaddress.ip_address("fd00::50")
@@ -97,25 +98,27 @@ def test_registry_errors(body: str, message: str) -> None:
 
 def test_service_cluster_ips() -> None:
     dual = {"spec": {"clusterIP": "10.96.0.50", "clusterIPs": ["10.96.0.50", "fd00::50"]}}
-    assert service_cluster_ips(dual) == (V4, V6)
-    assert service_cluster_ips({"spec": {"clusterIP": "10.96.0.50"}}) == (V4,)
+    assert service_cluster_ips(dual) == ("10.96.0.50", "fd00::50")
+    assert _service_addresses(dual) == (V4, V6)
+    assert service_cluster_ips({"spec": {"clusterIP": "10.96.0.50"}}) == ("10.96.0.50",)
     assert service_cluster_ips({"spec": {"clusterIP": "None", "clusterIPs": ["None"]}}) == ()
     assert service_cluster_ips({"spec": {"type": "ExternalName", "externalName": "x"}}) == ()
-    with pytest.raises(InputError):
+    with pytest.raises(KubeObjectError):
         service_cluster_ips({"spec": {"clusterIPs": ["garbage"]}})
-    with pytest.raises(InputError):
+    with pytest.raises(KubeObjectError):
         service_cluster_ips({"metadata": {}})
+    assert _service_addresses({"spec": {"clusterIPs": ["garbage"]}}) == ()
 
 
 def test_node_name_and_resource_version() -> None:
-    assert node_name({"metadata": {"name": "edge-1"}}) == "edge-1"
-    assert resource_version_of({"metadata": {"resourceVersion": "42"}}) == "42"
-    for bad in ({}, {"metadata": None}, {"metadata": {"name": 3}}):
-        with pytest.raises(InputError):
+    """One node-name rule for the tunnel and DNS: raven.kube.objects.node_name."""
+    assert node_name({"metadata": {"name": "Edge-1"}}) == "edge-1"
+    assert resource_version({"metadata": {"resourceVersion": "42"}}) == "42"
+    for bad in ({}, {"metadata": None}, {"metadata": {"name": 3}}, {"metadata": {"name": "a_b"}}):
+        with pytest.raises(KubeObjectError):
             node_name(bad)
     for bad_obj in (None, [], {"metadata": {}}, {"metadata": {"resourceVersion": 5}}):
-        with pytest.raises(InputError):
-            resource_version_of(bad_obj)
+        assert resource_version(bad_obj) is None
 
 
 json_values = st.recursive(
@@ -180,8 +183,8 @@ def test_static_fuzz(text: str) -> None:
 
 @given(json_values)
 def test_kubernetes_object_fuzz(obj: object) -> None:
-    for parse in (node_name, service_cluster_ips, resource_version_of):
-        with contextlib.suppress(InputError):
+    for parse in (node_name, service_cluster_ips, resource_version):
+        with contextlib.suppress(KubeObjectError):
             parse(obj if isinstance(obj, dict) else {"spec": obj, "metadata": obj})  # type: ignore[operator]
 
 
