@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raven.protocol.names import is_valid_node_name, normalize_node_name
+from raven.protocol.names import node_name_error, normalize_node_name
 
 #: Longest object excerpt quoted in a log line about a garbage object.
 EXCERPT_CHARS = 200
@@ -73,8 +73,9 @@ def valid_node_name(name: object) -> str:
     """The normalised node name, or KubeObjectError: the one rule for every Raven part."""
     if not isinstance(name, str) or not name:
         raise KubeObjectError("no node name")
-    if not is_valid_node_name(name):
-        raise KubeObjectError(f"node name {name[:EXCERPT_CHARS]!r} is not a valid node name")
+    why = node_name_error(name)
+    if why is not None:
+        raise KubeObjectError(f"node name {name[:EXCERPT_CHARS]!r} is not a valid node name: {why}")
     return normalize_node_name(name)
 
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from cloud_gateway.proxy.errors import ProxyError
 from cloud_gateway.proxy.target import check_node
 from cloud_gateway.registry import check_registration
-from edge_agent.nodes_k8s import NodeObjectError, parse_node
 from raven.config.gateway import AuthorisedAgent
+from raven.kube.objects import KubeObjectError, node_name
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.frames import OpenFrame, encode_frame, parse_frames
 from raven.protocol.names import canonical_node_name, is_valid_node_name, node_name_error
@@ -58,8 +58,8 @@ def dns_serves(name: str) -> str | None:
 def kubernetes_accepts(name: str) -> str | None:
     node: dict[str, Any] = {"metadata": {"name": name}, "status": {"addresses": []}}
     try:
-        return parse_node(node)[0]
-    except NodeObjectError:
+        return node_name(node)
+    except KubeObjectError:
         return None
 
 
