@@ -54,6 +54,17 @@ class AgentApp:
             registry=self.metrics_registry,
         )
         self.nodes_served.set(len(config.nodes))
+        self.backfill: Any = None
+        if config.backfill.enabled:
+            from edge_agent.backfill.service import BackfillService
+
+            self.backfill = BackfillService(
+                config.backfill,
+                nodes=lambda: self.relay.nodes,
+                tunnels=self._tunnels,
+                registry=self.metrics_registry,
+            )
+            self.relay.request_watcher = self.backfill.sniffer
         self.node_source: Any = None
         self.l3: Any = None
         self.gpu: Any = None
@@ -73,7 +84,12 @@ class AgentApp:
     def _registration(self) -> tuple[list[str], list[str]]:
         return sorted(self.relay.nodes), list(self.config.subnets)
 
+    def _tunnels(self) -> list[Tunnel]:
+        return [link.tunnel for link in self.dialer.links.values() if link.tunnel is not None]
+
     def _on_tunnel(self, link: GatewayLink, tunnel: Tunnel | None) -> None:
+        if self.backfill is not None:
+            self.backfill.tunnel_changed()
         if self.l3 is not None:
             self.l3.tunnel_changed(link, tunnel)
 
@@ -102,6 +118,8 @@ class AgentApp:
             self.l3 = await start_agent_l3(
                 self.config.tun, self.config.subnets, self.metrics_registry, agent=self.config.name
             )
+        if self.backfill is not None:
+            await self.backfill.start()
         await self.admin.start()
         self.dialer.start()
         log.info("agent started gateway=%s nodes=%d", self.config.gateway, len(self.relay.nodes))
@@ -112,6 +130,8 @@ class AgentApp:
 
     async def stop(self) -> None:
         await self.dialer.stop()
+        if self.backfill is not None:
+            await self.backfill.stop()
         if self.node_source is not None:
             await self.node_source.stop()
         if self.l3 is not None:
@@ -140,7 +160,10 @@ class AgentApp:
                     "refused": [{"entry": e, "reason": r} for e, r in link.refused],
                 }
             )
-        return AdminResponse.json({"nodes": sorted(self.relay.nodes), "gateways": links})
+        body: dict[str, Any] = {"nodes": sorted(self.relay.nodes), "gateways": links}
+        if self.backfill is not None:
+            body["backfill"] = self.backfill.status_json()
+        return AdminResponse.json(body)
 
 
 async def run_agent(config: AgentConfig) -> int:

@@ -12,7 +12,8 @@ import contextlib
 import errno
 import logging
 import socket
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -28,6 +29,14 @@ log = logging.getLogger(__name__)
 #: leaves a tiny tail frame (and record) behind.
 READ_CHUNK_BYTES = 4 * Limits().max_frame_payload_bytes
 _UNREACHABLE_ERRNOS = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
+
+
+class RequestWatcher(Protocol):
+    """Looks at the bytes going to a target (backfill learns scrapes this way)."""
+
+    def feed(self, data: bytes) -> bool:
+        """True when it needs no more bytes."""
+        ...
 
 
 class RelayMetrics:
@@ -63,6 +72,8 @@ class Relay:
         self.allowed_ports = frozenset(allowed_ports)
         self.connect_timeout_s = connect_timeout_s
         self.metrics = RelayMetrics(registry)
+        #: per stream, an optional watcher of the request bytes (set by the backfill service)
+        self.request_watcher: Callable[[str, int], RequestWatcher | None] | None = None
 
     def set_nodes(self, nodes: Mapping[str, str]) -> None:
         self.nodes = {normalize_node_name(k): v for k, v in nodes.items()}
@@ -105,7 +116,8 @@ class Relay:
         self.metrics.streams.labels("ok").inc()
         self.metrics.active.inc()
         try:
-            await self._pump(stream, reader, writer)
+            watcher = self.request_watcher(name, port) if self.request_watcher else None
+            await self._pump(stream, reader, writer, watcher)
         finally:
             self.metrics.active.dec()
             writer.close()
@@ -113,9 +125,13 @@ class Relay:
                 await writer.wait_closed()
 
     async def _pump(
-        self, stream: TunnelStream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        stream: TunnelStream,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        watcher: RequestWatcher | None = None,
     ) -> None:
-        up = asyncio.create_task(self._to_target(stream, writer))
+        up = asyncio.create_task(self._to_target(stream, writer, watcher))
         down = asyncio.create_task(self._from_target(stream, reader))
         try:
             done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_EXCEPTION)
@@ -132,9 +148,13 @@ class Relay:
                 task.cancel()
             await asyncio.gather(up, down, return_exceptions=True)
 
-    async def _to_target(self, stream: TunnelStream, writer: asyncio.StreamWriter) -> None:
+    async def _to_target(
+        self, stream: TunnelStream, writer: asyncio.StreamWriter, watcher: RequestWatcher | None
+    ) -> None:
         while True:
             data = await stream.read(READ_CHUNK_BYTES)
+            if watcher is not None and watcher.feed(data):
+                watcher = None
             if not data:
                 if writer.can_write_eof():
                     writer.write_eof()

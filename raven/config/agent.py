@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
+from raven.config.backfill import AgentBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
 from raven.keys import KeyError_, decode_key
@@ -90,6 +91,10 @@ class AgentConfig:
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
     gpu_exporter: GpuExporterConfig = doc(
         "Built-in GPU exporter.", default_factory=GpuExporterConfig
+    )
+    backfill: AgentBackfillConfig = doc(
+        "Scrape locally during outages and backfill Prometheus (docs/backfill.md).",
+        default_factory=AgentBackfillConfig,
     )
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
 

@@ -6,6 +6,7 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
+from raven.config.backfill import GatewayBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
 from raven.keys import KeyError_, decode_key
@@ -117,6 +118,10 @@ class GatewayConfig:
     )
     handshake_burst: int = doc("Burst of handshakes per source address.", default=40)
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
+    backfill: GatewayBackfillConfig = doc(
+        "Write agents' backfill to Prometheus (docs/backfill.md).",
+        default_factory=GatewayBackfillConfig,
+    )
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
 
     def __post_init__(self) -> None:

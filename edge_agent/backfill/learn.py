@@ -1,0 +1,239 @@
+"""What Prometheus scrapes through this agent, and when the agent must scrape it itself.
+
+Sans-IO: the relay feeds the request bytes of each stream to a :class:`RequestSniffer`; the
+:class:`TargetTable` records per target (node, port, path) the headers that matter, the
+interval (median of the last arrival gaps), the last arrival, and decides, given ``now`` and
+whether a tunnel is up, which targets are due for a local scrape:
+
+* a target enters *local* mode when its next scrape is overdue: at once when no tunnel is up
+  (the keepalive said so), half an interval late otherwise (a dead link that the keepalive
+  has not noticed yet, a Prometheus restart);
+* in local mode it is scraped on Prometheus's own phase (last arrival + k intervals);
+* the first arrival from Prometheus ends local mode, and local scrapes from half an interval
+  before it on are deleted (Prometheus has that scrape itself: a sample 1 ms away from a
+  scraped one would be stored as an extra sample).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+#: Request heads larger than this are not looked at (Prometheus sends ~300 bytes).
+MAX_SNIFF_BYTES = 8192
+#: Arrival gaps kept per target for the interval estimate.
+ARRIVALS_KEPT = 9
+#: Gaps outside this range are not scrape intervals (two jobs, a manual curl, a pause).
+MIN_INTERVAL_S = 0.2
+MAX_INTERVAL_S = 3600.0
+TIMEOUT_HEADER = "x-prometheus-scrape-timeout-seconds"
+
+TargetKey = tuple[str, int, str]  # node, port, path (with query)
+
+
+@dataclass(frozen=True)
+class RequestSeen:
+    node: str
+    port: int
+    path: str
+    accept: str
+    timeout_s: float | None
+
+
+def parse_request_head(node: str, port: int, head: bytes) -> RequestSeen | None:
+    """A scrape-like GET from a request head, or None (other methods, garbage)."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
+        return None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or parts[0] != "GET" or not parts[2].startswith("HTTP/1."):
+        return None
+    target = parts[1]
+    if target.startswith(("http://", "https://")):  # absolute-form: keep the path
+        rest = target.split("://", 1)[1]
+        slash = rest.find("/")
+        target = rest[slash:] if slash >= 0 else "/"
+    if not target.startswith("/") or len(target) > 2048:
+        return None
+    accept = ""
+    timeout: float | None = None
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = name.strip().lower()
+        if key == "accept":
+            accept = value.strip()[:1024]
+        elif key == TIMEOUT_HEADER:
+            try:
+                timeout = float(value.strip())
+            except ValueError:
+                timeout = None
+            if timeout is not None and not 0 < timeout <= MAX_INTERVAL_S:
+                timeout = None
+    return RequestSeen(node, port, target, accept, timeout)
+
+
+class RequestSniffer:
+    """Watches the first request head of one relayed stream (bounded), then stops."""
+
+    def __init__(self, node: str, port: int, on_request: Callable[[RequestSeen], None]) -> None:
+        self.node = node
+        self.port = port
+        self.on_request = on_request
+        self._buf = b""
+
+    def feed(self, data: bytes) -> bool:
+        """Look at bytes going to the target; True when done (no more bytes needed)."""
+        self._buf += data[: MAX_SNIFF_BYTES - len(self._buf)]
+        end = self._buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._buf) >= MAX_SNIFF_BYTES:
+                self._buf = b""
+                return True
+            return False
+        seen = parse_request_head(self.node, self.port, self._buf[:end])
+        self._buf = b""
+        if seen is not None:
+            self.on_request(seen)
+        return True
+
+
+@dataclass
+class Target:
+    """One learned (or configured) scrape target."""
+
+    node: str
+    port: int
+    path: str
+    accept: str = ""
+    timeout_s: float | None = None
+    interval_s: float | None = None
+    #: wall-clock time of the last scrape Prometheus made through us (0: never)
+    last_seen: float = 0.0
+    explicit: bool = False
+    local: bool = False
+    next_slot: float = 0.0
+    arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=ARRIVALS_KEPT))
+
+    @property
+    def key(self) -> TargetKey:
+        return (self.node, self.port, self.path)
+
+    def scrape_timeout_s(self) -> float:
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return min(10.0, self.interval_s or 10.0)
+
+    def learn_interval(self) -> None:
+        gaps = [
+            b - a
+            for a, b in zip(self.arrivals, list(self.arrivals)[1:], strict=False)
+            if MIN_INTERVAL_S <= b - a <= MAX_INTERVAL_S
+        ]
+        if gaps:
+            self.interval_s = statistics.median(gaps)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What :meth:`TargetTable.observe` learned: ``delete_local_from`` (wall s) is set when
+    local mode ended: local scrapes at or after it duplicate Prometheus's own."""
+
+    target: Target
+    new: bool
+    delete_local_from: float | None
+
+
+class TargetTable:
+    """Learned and explicit targets, bounded; decides local scrapes. Times are wall seconds."""
+
+    def __init__(self, *, max_targets: int, forget_after_s: float, keep_while_down_s: float):
+        self.max_targets = max_targets
+        self.forget_after_s = forget_after_s
+        self.keep_while_down_s = keep_while_down_s
+        self.targets: dict[TargetKey, Target] = {}
+        self.refused = 0  # scrapes of targets not learned because the table was full
+
+    def add_explicit(self, target: Target) -> None:
+        """A configured target: overrides what was learned for the same key, or adds it."""
+        target.explicit = True
+        old = self.targets.get(target.key)
+        if old is not None:
+            target.last_seen = old.last_seen
+            target.arrivals = old.arrivals
+            target.accept = target.accept or old.accept
+        self.targets[target.key] = target
+
+    def restore(self, targets: Iterable[Target]) -> None:
+        """Targets persisted by an earlier run (explicit ones from the config win)."""
+        for t in targets:
+            if t.key not in self.targets and len(self.targets) < self.max_targets:
+                self.targets[t.key] = t
+
+    def observe(self, seen: RequestSeen, now: float) -> Served | None:
+        """Prometheus scraped ``seen`` at ``now``."""
+        key = (seen.node, seen.port, seen.path)
+        t = self.targets.get(key)
+        new = t is None
+        if t is None:
+            if len(self.targets) >= self.max_targets:
+                self.refused += 1
+                return None
+            t = Target(seen.node, seen.port, seen.path)
+            self.targets[key] = t
+        if seen.accept:
+            t.accept = seen.accept
+        if seen.timeout_s is not None and not t.explicit:
+            t.timeout_s = seen.timeout_s
+        t.arrivals.append(now)
+        if not t.explicit or t.interval_s is None:
+            t.learn_interval()
+        t.last_seen = now
+        delete_from = None
+        if t.local:
+            t.local = False
+            delete_from = now - (t.interval_s or 0.0) / 2
+        return Served(t, new, delete_from)
+
+    def due(self, now: float, tunnel_up: bool) -> list[Target]:
+        """Targets to scrape locally now (their slot is advanced)."""
+        out: list[Target] = []
+        for key, t in list(self.targets.items()):
+            if t.interval_s is None:
+                continue
+            if self._expired(t, now, tunnel_up):
+                if not t.explicit:
+                    del self.targets[key]
+                else:
+                    t.local = False
+                continue
+            if not t.local:
+                if t.last_seen == 0.0 and tunnel_up:
+                    continue  # never scraped by Prometheus: nothing to fill yet
+                anchor = t.last_seen or now - t.interval_s  # never seen: start now
+                grace = 0.0 if not tunnel_up else t.interval_s / 2
+                if now < anchor + t.interval_s + grace:
+                    continue
+                t.local = True
+                t.next_slot = anchor + t.interval_s
+            elif now < t.next_slot:
+                continue
+            out.append(t)
+            while t.next_slot <= now:
+                t.next_slot += t.interval_s
+        return out
+
+    def _expired(self, t: Target, now: float, tunnel_up: bool) -> bool:
+        if t.last_seen == 0.0:
+            return False
+        idle = now - t.last_seen
+        return idle > (self.forget_after_s if tunnel_up else self.keep_while_down_s)
+
+    @property
+    def local_count(self) -> int:
+        return sum(1 for t in self.targets.values() if t.local)
