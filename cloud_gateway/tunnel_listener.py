@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 
 from cloud_gateway.registry import AgentSession, Registry
-from raven.config.common import parse_hostport
 from raven.config.gateway import AuthorisedAgent
+from raven.hostport import parse_hostport
 from raven.logthrottle import LogThrottle
 from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev

@@ -20,7 +20,7 @@ import dns.asyncresolver
 import dns.exception
 import dns.resolver
 
-from raven.config.common import parse_hostport
+from raven.hostport import parse_hostport
 from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.connection import TunnelConnection

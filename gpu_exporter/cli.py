@@ -29,6 +29,7 @@ from gpu_exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpu_exporter.process_mapping import PodMapper
 from gpu_exporter.server import GpuExporter
 from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SimulatedBackend
+from raven.hostport import AddressError, parse_hostport
 
 __all__ = ["build_exporter", "parse_address", "register", "run"]
 
@@ -38,19 +39,12 @@ IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``:9400`` (all interfaces), ``127.0.0.1:9400``, ``[::1]:9400`` -> (host, port)."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {text!r} must be HOST:PORT or :PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
+    """``:9400`` (every interface, IPv4 and IPv6), ``127.0.0.1:9400``, ``[::1]:9400``;
+    AddressError (a ValueError) otherwise."""
     try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"address {text!r} has a bad port") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"address {text!r} has a port outside 0..65535")
-    return host, port
+        return parse_hostport(text, default_host="")
+    except AddressError as exc:
+        raise AddressError(f"address {exc}; use HOST:PORT or :PORT") from None
 
 
 def _env(name: str, default: str) -> str:

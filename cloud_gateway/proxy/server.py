@@ -20,8 +20,8 @@ from cloud_gateway.proxy.errors import ErrorKind, ProxyError, error_response
 from cloud_gateway.proxy.http_conn import HttpConnection
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.proxy.tls_conn import serve_tls
-from raven.config.common import parse_hostport
 from raven.config.gateway import ProxyConfig
+from raven.hostport import parse_hostport
 from raven.transport.stream import StreamOpener
 
 log = logging.getLogger("cloud_gateway.proxy")

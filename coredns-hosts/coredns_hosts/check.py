@@ -14,6 +14,7 @@ import dns.rdatatype
 import dns.resolver
 
 from coredns_hosts.model import InputError, IPAddress
+from raven.hostport import parse_hostport
 
 DNS_PORT = 53
 
@@ -38,22 +39,13 @@ class Mismatch:
 
 def parse_server(text: str) -> tuple[str, int]:
     """``IP``, ``IP:port``, ``[IPv6]:port`` or bare IPv6 -> (ip, port); InputError otherwise."""
-    host, port = text, DNS_PORT
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise InputError(f"bad server {text!r}: use IP, IP:PORT or [IPv6]:PORT")
-        port_text = rest[1:] if rest else str(DNS_PORT)
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    else:
-        port_text = str(DNS_PORT)
+    usage = f"bad server {text!r}: use IP, IP:PORT or [IPv6]:PORT"
     try:
+        host, port = parse_hostport(text, default_port=DNS_PORT)
         ipaddress.ip_address(host)
-        port = int(port_text)
     except ValueError:
-        raise InputError(f"bad server {text!r}: use IP, IP:PORT or [IPv6]:PORT") from None
-    if not 0 < port < 65536:
+        raise InputError(usage) from None
+    if port == 0:
         raise InputError(f"bad server port in {text!r}")
     return host, port
 

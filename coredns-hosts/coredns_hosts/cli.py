@@ -33,7 +33,7 @@ from coredns_hosts.sinks.configmap import DEFAULT_KEY, DEFAULT_NAME, DEFAULT_NAM
 from coredns_hosts.sources import Source
 from coredns_hosts.sources.kubernetes import DEFAULT_NODE_SELECTOR, DEFAULT_SERVICE
 from raven.admin import AdminServer
-from raven.config.loader import ConfigError
+from raven.hostport import AddressError
 from raven.protocol.constants import DEFAULT_HOSTS_ADMIN_PORT
 
 log = logging.getLogger(__name__)
@@ -281,7 +281,7 @@ async def _once(args: argparse.Namespace) -> int:
 def _admin(generator: HostsGenerator, text: str) -> AdminServer:
     try:
         return admin_server(generator, f":{text}" if text.isdigit() else text)
-    except ConfigError as exc:
+    except AddressError as exc:
         raise InputError(f"bad --admin-listen: {exc}") from None
 
 

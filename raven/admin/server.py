@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from raven.admin.routes import AdminRequest, AdminResponse, AdminRoutes, Handler, ReadyCheck
-from raven.config.common import parse_hostport
+from raven.hostport import parse_hostport
 
 log = logging.getLogger(__name__)
 

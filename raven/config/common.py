@@ -7,35 +7,12 @@ import ipaddress
 from dataclasses import dataclass
 
 from raven.config.loader import ConfigError, doc
+from raven.hostport import AddressError, parse_hostport
 from raven.protocol.limits import Limits
 
 _DEFAULTS = Limits()
 
-
-def parse_hostport(value: str, default_port: int | None = None) -> tuple[str, int]:
-    """``host:port``, ``[v6]:port`` or ``:port`` (all addresses) -> (host, port)."""
-    text = value.strip()
-    if not text:
-        raise ConfigError("empty address")
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ConfigError(f"{value!r}: missing ']'")
-        host, rest = text[1:end], text[end + 1 :]
-        port_text = rest[1:] if rest.startswith(":") else ""
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    elif text.count(":") > 1:
-        host, port_text = text, ""  # bare IPv6
-    else:
-        host, port_text = text, ""
-    if not port_text:
-        if default_port is None:
-            raise ConfigError(f"{value!r}: a port is required (host:port)")
-        return host or "0.0.0.0", default_port
-    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise ConfigError(f"{value!r}: bad port {port_text!r}")
-    return host or "0.0.0.0", int(port_text)
+__all__ = ["check_hostport", "parse_hostport", "parse_prefix"]
 
 
 def check_hostport(field: str, value: str, default_port: int | None = None) -> tuple[str, int]:
@@ -43,7 +20,7 @@ def check_hostport(field: str, value: str, default_port: int | None = None) -> t
     the expected form."""
     try:
         return parse_hostport(value, default_port)
-    except ConfigError as exc:
+    except AddressError as exc:
         raise ConfigError(f"{field}: {exc}; write host:port, e.g. 0.0.0.0:10262") from None
 
 
