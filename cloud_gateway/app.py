@@ -19,6 +19,7 @@ from raven.config.gateway import GatewayConfig, load_gateway_config
 from raven.config.loader import ConfigError
 from raven.keys import KeyError_, decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
+from raven.process_metrics import process_registry
 from raven.protocol.codes import CloseCode
 from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel
@@ -38,7 +39,7 @@ class GatewayApp:
 
     def __init__(self, config: GatewayConfig, *, registry: CollectorRegistry | None = None) -> None:
         self.config = config
-        self.metrics_registry = registry or CollectorRegistry()
+        self.metrics_registry = registry or process_registry()
         self.metrics = TunnelMetrics(self.metrics_registry, peer_label="agent")
         self.registry = Registry(config.agents, self.metrics)
         self.static_private = read_private_key_file(config.private_key_file)

@@ -14,6 +14,7 @@ from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
+from raven.process_metrics import process_registry
 from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel
 
@@ -25,7 +26,7 @@ class AgentApp:
 
     def __init__(self, config: AgentConfig, *, registry: CollectorRegistry | None = None) -> None:
         self.config = config
-        self.metrics_registry = registry or CollectorRegistry()
+        self.metrics_registry = registry or process_registry()
         self.metrics = TunnelMetrics(self.metrics_registry, peer_label="gateway")
         self.relay = Relay(
             config.nodes, config.allowed_ports, config.connect_timeout_s, self.metrics_registry

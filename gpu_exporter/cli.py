@@ -30,6 +30,7 @@ from gpu_exporter.process_mapping import PodMapper
 from gpu_exporter.server import GpuExporter
 from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SimulatedBackend
 from raven.hostport import AddressError, parse_hostport
+from raven.process_metrics import process_registry
 
 __all__ = ["build_exporter", "parse_address", "register", "run"]
 
@@ -174,6 +175,7 @@ def build_exporter(args: argparse.Namespace) -> GpuExporter:
         host=host,
         port=port,
         mapper=mapper,
+        registry=process_registry(),
     )
 
 

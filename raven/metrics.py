@@ -66,8 +66,9 @@ class TunnelMetrics:
             registry=registry,
         )
         self.rtt_hist = Histogram(
-            "raven_tunnel_rtt_histogram_seconds",
-            "Tunnel round-trip times (keepalive pings).",
+            "raven_tunnel_keepalive_rtt_seconds",
+            "Tunnel round-trip times measured by keepalive pings (raven_tunnel_rtt_seconds is "
+            "the last one per peer).",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=registry,
         )

@@ -34,6 +34,7 @@ from coredns_hosts.sources import Source
 from coredns_hosts.sources.kubernetes import DEFAULT_NODE_SELECTOR, DEFAULT_SERVICE
 from raven.admin import AdminServer
 from raven.hostport import AddressError
+from raven.process_metrics import process_registry
 from raven.protocol.constants import DEFAULT_HOSTS_ADMIN_PORT
 
 log = logging.getLogger(__name__)
@@ -286,7 +287,7 @@ def _admin(generator: HostsGenerator, text: str) -> AdminServer:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    metrics = HostsMetrics(CollectorRegistry())
+    metrics = HostsMetrics(process_registry())
     sinks = build_sinks(args)
     if not sinks:
         raise InputError("run needs --output and/or --configmap (or --once for stdout)")

@@ -26,6 +26,7 @@ from cloud_gateway.proxy.metrics import ProxyMetrics
 from edge_agent.relay import RelayMetrics
 from raven.l3.metrics import L3Metrics
 from raven.metrics import TunnelMetrics
+from raven.process_metrics import BuildInfoCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "raven-tunnel.json"
@@ -61,6 +62,7 @@ def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     HostsMetrics(registry)
     GatewayMetrics(registry)
     RelayMetrics(registry)
+    registry.register(BuildInfoCollector())
     out: dict[str, tuple[str, set[str]]] = {}
     for collector in list(registry._collector_to_names):
         if isinstance(collector, MetricWrapperBase):
