@@ -20,6 +20,7 @@ import dns.asyncresolver
 import dns.exception
 import dns.resolver
 
+from raven.backoff import backoff_delay
 from raven.hostport import parse_hostport
 from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
@@ -42,12 +43,6 @@ class DialSettings:
     limits: Limits
     min_backoff_s: float
     max_backoff_s: float
-
-
-def backoff_delay(attempt: int, min_s: float, max_s: float, rng: random.Random) -> float:
-    """Full jitter: uniform in [0, min(max, min * 2**attempt)], at least ``min_s / 2``."""
-    cap = min(max_s, min_s * (2 ** min(attempt, 30)))
-    return max(min_s / 2, rng.uniform(0, cap))
 
 
 async def resolve_gateway(host: str, resolver: dns.asyncresolver.Resolver | None) -> list[str]:

@@ -18,6 +18,7 @@ from coredns_hosts.render import Rendered, render
 from coredns_hosts.sinks import Sink
 from coredns_hosts.sources import Source
 from raven.admin import AdminServer
+from raven.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,12 @@ class HostsGenerator:
         self.sinks = list(sinks)
         self.metrics = metrics
         self._debouncer = Debouncer(quiet_s=debounce_s, max_delay_s=max_delay_s)
-        self._retry_s = retry_s
-        self._max_retry_s = max_retry_s
+        self._retry = Backoff(retry_s, max_retry_s)
         self._resync_s = resync_s
         self._clock = clock
         self._wall_clock = wall_clock
         self._wakeup = asyncio.Event()
         self._source_stopped = False
-        self._failures = 0
         #: Completed syncs that reached every sink (renders that wrote or found no change).
         self.syncs = 0
         #: Why the last sync failed; None after a success.
@@ -142,10 +141,9 @@ class HostsGenerator:
                     raise RuntimeError("hosts source stopped")
                 self._debouncer.fired()
                 if await self.sync():
-                    self._failures = 0
+                    self._retry.reset()
                     continue
-                self._failures += 1
-                delay = min(self._retry_s * 2 ** (self._failures - 1), self._max_retry_s)
+                delay = self._retry.next_delay()
                 if retry is not None:
                     retry.cancel()
                 retry = loop.call_later(delay, self.notify)

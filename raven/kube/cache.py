@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from raven.backoff import backoff_delay
 from raven.kube.objects import KubeObjectError, excerpt, object_key, resource_version
 
 log = logging.getLogger("raven.kube")
@@ -35,13 +36,6 @@ class WatchGone(Exception):
 
 class WatchFailed(Exception):
     """A list or watch failed for another reason: retry with backoff."""
-
-
-def full_jitter(attempt: int, min_s: float, max_s: float, rng: random.Random) -> float:
-    """Delay before retry ``attempt`` (0-based): uniform in [0, min(max, min * 2**attempt)],
-    at least ``min_s / 2``."""
-    bound = min(max_s, min_s * (2 ** min(attempt, 30)))
-    return max(min_s / 2, rng.uniform(0, bound))
 
 
 class Cache(Generic[T]):
@@ -187,7 +181,7 @@ class Schedule:
         return healthy
 
     def failed(self) -> float:
-        delay = full_jitter(self.attempt, self.min_backoff_s, self.max_backoff_s, self.rng)
+        delay = backoff_delay(self.attempt, self.min_backoff_s, self.max_backoff_s, self.rng)
         self.attempt += 1
         return delay
 
@@ -195,4 +189,4 @@ class Schedule:
         self.gone_streak += 1
         if self.gone_streak == 1:
             return 0.0
-        return full_jitter(self.gone_streak - 2, self.min_backoff_s, self.max_backoff_s, self.rng)
+        return backoff_delay(self.gone_streak - 2, self.min_backoff_s, self.max_backoff_s, self.rng)

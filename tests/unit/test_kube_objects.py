@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edge_agent.nodes_k8s import decode_node
-from raven.kube.cache import Cache, Schedule, WatchFailed, WatchGone, full_jitter
+from raven.backoff import backoff_delay
+from raven.kube.cache import Cache, Schedule, WatchFailed, WatchGone
 from raven.kube.objects import (
     KubeObjectError,
     endpoint_slice_endpoints,
@@ -187,9 +188,9 @@ def test_garbage_events_change_nothing(caplog: pytest.LogCaptureFixture) -> None
 def test_backoff_is_bounded_with_jitter() -> None:
     rng = random.Random(1)
     for attempt in range(40):
-        delay = full_jitter(attempt, 0.5, 30.0, rng)
+        delay = backoff_delay(attempt, 0.5, 30.0, rng)
         assert 0.25 <= delay <= 30.0
-    assert max(full_jitter(0, 0.5, 30.0, rng) for _ in range(200)) <= 0.5
+    assert max(backoff_delay(0, 0.5, 30.0, rng) for _ in range(200)) <= 0.5
 
 
 @pytest.mark.parametrize(

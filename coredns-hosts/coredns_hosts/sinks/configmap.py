@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from coredns_hosts.model import SinkError
+from raven.backoff import backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class ConfigMapSink:
         self.key = key
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
+        self._max_backoff_s = backoff_s * 64
+        self._rng = random.Random()
         self._timeout = request_timeout_s
         self._sleep = sleep
         self.conflicts = 0
@@ -75,7 +78,7 @@ class ConfigMapSink:
     def _write(self, text: str) -> bool:
         for attempt in range(self._max_attempts):
             if attempt:
-                self._sleep(self._backoff_s * (2 ** min(attempt, 6)) * random.uniform(0.5, 1.0))
+                self._sleep(backoff_delay(attempt, self._backoff_s, self._max_backoff_s, self._rng))
             try:
                 current = self._api.read_namespaced_config_map(
                     self.configmap, self.namespace, _request_timeout=self._timeout
