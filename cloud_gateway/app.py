@@ -22,7 +22,7 @@ from raven.metrics import TunnelMetrics
 from raven.process_metrics import process_registry
 from raven.protocol.codes import CloseCode
 from raven.service import run_until_signalled
-from raven.transport.tunnel import Tunnel
+from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,14 @@ class GatewayApp:
         self.admin.add_route("/api/v1/agents", self._api_agents)
         self.admin.add_route("/api/v1/nodes", self._api_nodes)
         self.admin.add_route("/api/v1/targets", self._api_targets)
+        self.backfill: Any = None
+        if config.backfill.enabled:
+            from cloud_gateway.backfill.receiver import BackfillReceiver
+
+            self.backfill = BackfillReceiver(
+                config.backfill, self.metrics_registry, discovery=self._discovery_labels
+            )
+            self.listener.agent_stream_service = self._backfill_stream
         self.draining = False
         self.proxy: Any = None
         self.l3: Any = None
@@ -110,6 +118,8 @@ class GatewayApp:
         await self.listener.drain(timeout)
         if self.l3 is not None:
             await self.l3.stop()
+        if self.backfill is not None:
+            await self.backfill.close()
         await self.admin.stop()
 
     def reload(self, config: GatewayConfig) -> None:
@@ -150,7 +160,28 @@ class GatewayApp:
         return generate_latest(self.metrics_registry)
 
     def _api_agents(self, _request: AdminRequest) -> AdminResponse:
-        return AdminResponse.json(self.registry.agents_json())
+        body = self.registry.agents_json()
+        if self.backfill is not None:
+            for agent in body["agents"]:  # type: ignore[attr-defined]
+                status = self.backfill.status.get(agent["agent"])
+                agent["backfill"] = status.to_json() if status is not None else None
+        return AdminResponse.json(body)
+
+    # ------------------------------------------------------------ backfill
+    async def _backfill_stream(
+        self, session: AgentSession, stream: TunnelStream, node: str, port: int
+    ) -> None:
+        assert self.backfill is not None
+        await self.backfill.handle(session.agent.name, session.agent.may_serve, stream, node, port)
+
+    def _discovery_labels(self, node: str, port: int) -> dict[str, str]:
+        """The target labels /api/v1/targets gives ``node`` (http_sd jobs), less __meta_*."""
+        for group in self.registry.targets_json(port):
+            if group["targets"] == [f"{node}:{port}"]:
+                labels = group["labels"]
+                assert isinstance(labels, dict)
+                return {k: v for k, v in labels.items() if not k.startswith("__")}
+        return {}
 
     def _api_nodes(self, _request: AdminRequest) -> AdminResponse:
         return AdminResponse.json(self.registry.nodes_json())

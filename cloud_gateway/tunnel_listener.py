@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from cloud_gateway.registry import AgentSession, Registry
 from raven.config.gateway import AuthorisedAgent
@@ -13,18 +13,20 @@ from raven.hostport import parse_hostport
 from raven.logthrottle import LogThrottle
 from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
-from raven.protocol.codes import CloseCode
+from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
-from raven.transport.tunnel import Tunnel
+from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
 
 #: Called when an agent's tunnel is up (session) or gone (None), e.g. to attach L3.
 SessionHook = Callable[[AgentSession, bool], None]
+#: Serves a stream an authenticated agent opened (backfill): session, stream, node, port.
+AgentStreamService = Callable[[AgentSession, TunnelStream, str, int], Awaitable[None]]
 
 
 class TunnelListener:
@@ -54,6 +56,8 @@ class TunnelListener:
         self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
         self.datagram_sinks: dict[Tunnel, Callable[[bytes], None]] = {}
+        #: serves agent-opened streams (None: they are refused)
+        self.agent_stream_service: AgentStreamService | None = None
         self._server: asyncio.Server | None = None
         self.bound: tuple[str, int] | None = None
         self._sessions: dict[Tunnel, AgentSession] = {}
@@ -81,8 +85,21 @@ class TunnelListener:
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit)
         tunnel.on_event = lambda event: self._on_event(tunnel, event)
+        if self.agent_stream_service is not None:
+            tunnel.on_stream = lambda stream, node, port: self._agent_stream(
+                tunnel, stream, node, port
+            )
         self.tunnels.add(tunnel)
         return tunnel
+
+    async def _agent_stream(
+        self, tunnel: Tunnel, stream: TunnelStream, node: str, port: int
+    ) -> None:
+        session = self._sessions.get(tunnel)
+        if session is None or self.agent_stream_service is None:
+            stream.refuse(StreamCode.UNKNOWN_NODE, "this side serves no streams")
+            return
+        await self.agent_stream_service(session, stream, node, port)
 
     def _admit(self, tunnel: Tunnel) -> bool:
         """Rate-limit handshakes per source address, before reading a byte."""

@@ -69,9 +69,12 @@ class Sender:
     async def run(self) -> None:
         backoff = 1.0
         while True:
-            tunnel = next((t for t in self.tunnels() if not t.closed.done()), None)
+            tunnel = next(
+                (t for t in self.tunnels() if not t.closed.done() and not t.draining), None
+            )
             rows = await self.next_rows() if tunnel is not None else []
             if tunnel is None or not rows:
+                await self._end_stream()  # an idle stream would hold up a gateway's drain
                 self.wake.clear()
                 try:
                     async with asyncio.timeout(1.0):
@@ -104,6 +107,19 @@ class Sender:
                 continue
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF_S, backoff * 2)
+
+    async def _end_stream(self) -> None:
+        if self._stream is not None:
+            stream = self._stream
+            self._stream = None
+            self._tunnel = None
+            try:
+                await stream.write_eof()
+                async with asyncio.timeout(5.0):
+                    while await stream.read():
+                        pass
+            except (StreamResetError, TimeoutError, ConnectionError):
+                stream.reset(StreamCode.CANCELLED, "backfill stream abandoned")
 
     def _drop_stream(self) -> None:
         if self._stream is not None:

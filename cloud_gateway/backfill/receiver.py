@@ -1,0 +1,195 @@
+"""The gateway's end of the backfill stream: authorise, label, filter, remote-write, ack.
+
+An agent opens the stream to the reserved pseudo-target; every batch is answered only after
+Prometheus answered: ``ok`` on 2xx (the agent deletes the batch), ``retry`` otherwise (the
+agent keeps it: nothing within its caps is lost while Prometheus refuses or is away). Samples
+of nodes the agent's key is not authorised for, of ports with no configured job, too old
+for the out-of-order window or from an edge clock running ahead are dropped here and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from cloud_gateway.backfill.remote_write import RemoteWriteError, RemoteWriter
+from cloud_gateway.backfill.series import convert
+from raven.backfill.wire import (
+    BACKFILL_NODE,
+    BACKFILL_PORT,
+    Ack,
+    Batch,
+    MessageReader,
+    WireError,
+    decode_batch,
+    encode_ack,
+)
+from raven.config.backfill import GatewayBackfillConfig
+from raven.protocol.codes import StreamCode
+from raven.transport.stream import StreamResetError
+from raven.transport.tunnel import TunnelStream
+
+log = logging.getLogger(__name__)
+
+#: Remote writes in flight at once, all agents together (protects Prometheus).
+MAX_CONCURRENT_WRITES = 4
+
+
+class BackfillMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.samples = Counter(
+            "raven_gateway_backfill_samples_total",
+            "Backfilled samples by agent and result (written, too_old, future, no_job,"
+            " unauthorised).",
+            ["agent", "result"],
+            registry=registry,
+        )
+        self.writes = Counter(
+            "raven_gateway_backfill_remote_writes_total",
+            "Remote-write requests to Prometheus by result (ok, client_error, server_error,"
+            " unreachable).",
+            ["result"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "raven_gateway_backfill_remote_write_duration_seconds",
+            "Duration of remote-write requests.",
+            registry=registry,
+        )
+        self.buffered = Gauge(
+            "raven_gateway_backfill_agent_buffered_samples",
+            "Samples an agent reported buffered with its last batch.",
+            ["agent"],
+            registry=registry,
+        )
+
+
+@dataclass
+class AgentBackfillStatus:
+    """What the agents API shows per site."""
+
+    batches: int = 0
+    samples_written: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    last_batch: float | None = None
+    last_error: str = ""
+    buffered: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "samples_written": self.samples_written,
+            "samples_dropped": dict(self.dropped),
+            "last_batch": self.last_batch,
+            "last_error": self.last_error,
+            "agent_buffered_samples": self.buffered.get("samples"),
+            "agent_buffered_bytes": self.buffered.get("bytes"),
+            "agent_oldest_buffered_ms": self.buffered.get("oldest_ts_ms"),
+        }
+
+
+class BackfillReceiver:
+    def __init__(
+        self,
+        config: GatewayBackfillConfig,
+        registry: CollectorRegistry,
+        *,
+        discovery: Callable[[str, int], Mapping[str, str]],
+        writer: RemoteWriter | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.jobs = {j.port: j for j in config.jobs}
+        self.discovery = discovery
+        self.writer = writer or RemoteWriter(config.remote_write_url, config.timeout_s)
+        self.clock = clock
+        self.metrics = BackfillMetrics(registry)
+        self.status: dict[str, AgentBackfillStatus] = {}
+        self._writes = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
+
+    async def close(self) -> None:
+        await self.writer.close()
+
+    async def handle(
+        self,
+        agent: str,
+        may_serve: Callable[[str], bool],
+        stream: TunnelStream,
+        node: str,
+        port: int,
+    ) -> None:
+        """Serve one agent-opened stream (only the backfill pseudo-target is served)."""
+        if (node, port) != (BACKFILL_NODE, BACKFILL_PORT):
+            stream.refuse(StreamCode.UNKNOWN_NODE, "the gateway serves only the backfill stream")
+            return
+        stream.accept()
+        reader = MessageReader()
+        status = self.status.setdefault(agent, AgentBackfillStatus())
+        try:
+            while True:
+                data = await stream.read()
+                if not data:
+                    await stream.write_eof()
+                    return
+                for obj in reader.feed(data):
+                    ack = await self._process(agent, may_serve, decode_batch(obj), status)
+                    await stream.write(encode_ack(ack))
+        except WireError as exc:
+            log.warning("backfill stream refused agent=%s err=%s", agent, exc)
+            stream.reset(StreamCode.PROTOCOL_ERROR, f"backfill: {exc}")
+        except StreamResetError:
+            pass  # the agent went away; it resends what was not acknowledged
+
+    async def _process(
+        self,
+        agent: str,
+        may_serve: Callable[[str], bool],
+        batch: Batch,
+        status: AgentBackfillStatus,
+    ) -> Ack:
+        status.buffered = batch.buffered
+        if "samples" in batch.buffered:
+            self.metrics.buffered.labels(agent).set(batch.buffered["samples"])
+        conv = convert(
+            batch.scrapes,
+            jobs=self.jobs,
+            may_serve=may_serve,
+            discovery=self.discovery,
+            now_ms=int(self.clock() * 1000),
+            window_ms=int(self.config.out_of_order_window_s * 1000),
+            max_skew_ms=int(self.config.max_clock_skew_s * 1000),
+        )
+        status.batches += 1
+        status.last_batch = self.clock()
+        for reason, n in conv.dropped.items():
+            self.metrics.samples.labels(agent, reason).inc(n)
+            status.dropped[reason] = status.dropped.get(reason, 0) + n
+            if reason in ("unauthorised", "no_job", "future"):
+                log.warning("backfill samples dropped agent=%s reason=%s samples=%d",
+                            agent, reason, n)  # fmt: skip
+        if conv.series:
+            try:
+                async with self._writes:
+                    started = time.monotonic()
+                    await self.writer.write(conv.series)
+                    self.metrics.duration.observe(time.monotonic() - started)
+            except RemoteWriteError as exc:
+                result = (
+                    "unreachable" if exc.status == 0
+                    else "client_error" if exc.status < 500 else "server_error"
+                )  # fmt: skip
+                self.metrics.writes.labels(result).inc()
+                status.last_error = str(exc)
+                log.warning("backfill remote write failed agent=%s err=%s", agent, exc)
+                return Ack(batch.batch_id, ok=False, retry=True, error=f"prometheus: {exc}")
+            self.metrics.writes.labels("ok").inc()
+        self.metrics.samples.labels(agent, "written").inc(conv.samples)
+        status.samples_written += conv.samples
+        status.last_error = ""
+        return Ack(batch.batch_id, ok=True, written=conv.samples, dropped=conv.dropped)

@@ -1,0 +1,180 @@
+"""Backfill end to end on loopback with the real Prometheus as the remote-write receiver.
+
+An agent learns a target from two scrapes relayed through the gateway, the gateway goes away
+(the tunnel is down), the agent scrapes locally and buffers, a gateway comes back on the same
+port, the agent backfills, and Prometheus (``--web.enable-remote-write-receiver``,
+``out_of_order_time_window``) has the samples under the scrape's labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from cloud_gateway.app import GatewayApp
+from edge_agent.app import AgentApp
+from tests.helpers import KeyPair, agent_config, free_port, gateway_config, require, wait_for
+
+pytestmark = pytest.mark.integration
+PROMETHEUS = "/usr/bin/prometheus"
+
+
+class PromProcess:
+    """A real Prometheus on loopback receiving remote write (no scrape jobs)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        cfg = tmp / "prometheus.yml"
+        cfg.write_text("global: {scrape_interval: 15s}\nstorage:\n  tsdb:\n"
+                       "    out_of_order_time_window: 1h\n")  # fmt: skip
+        self.log = (tmp / "prometheus.log").open("wb")
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-remote-write-receiver"],
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp,
+        )  # fmt: skip
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            return json.loads(r.read()) if path.startswith("/api") else r.read()
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.get("/-/ready")
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        q = urllib.parse.urlencode({"query": promql})
+        result: list[dict[str, Any]] = self.get(f"/api/v1/query?{q}")["data"]["result"]
+        return result
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        self.log.close()
+
+
+async def start_target(counter: list[int]) -> web.AppRunner:
+    async def metrics(_request: web.Request) -> web.Response:
+        counter[0] += 1
+        body = (
+            "# TYPE edge_requests counter\n"
+            f'edge_requests_total{{code="200"}} {counter[0]}\n'
+            'edge_info{job="page-job",version="1"} 1\n'
+        )
+        return web.Response(text=body, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    return runner
+
+
+async def test_outage_backfilled_into_real_prometheus(
+    tmp_path: Path, no_leaked_tasks: None
+) -> None:
+    require(os.path.exists(PROMETHEUS) and shutil.which("prometheus") is not None,
+            "prometheus not installed (scripts/setup installs it as root)")  # fmt: skip
+    prom = PromProcess(tmp_path)
+    counter = [0]
+    target = await start_target(counter)
+    target_port = free_port()
+    await web.TCPSite(target, "127.0.0.1", target_port).start()
+    gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
+    tunnel_port = free_port()
+    gw_cfg = gateway_config(
+        tmp_path, gw, [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}],
+        tunnel_listen=f"127.0.0.1:{tunnel_port}",
+        backfill={"enabled": True,
+                  "remote_write_url": f"http://127.0.0.1:{prom.port}/api/v1/write",
+                  "jobs": [{"port": target_port, "job": "edge-node"}]},
+    )  # fmt: skip
+    ag_cfg = agent_config(
+        ag, gw, f"127.0.0.1:{tunnel_port}", {"edge-node-1": "127.0.0.1"},
+        allowed_ports=[target_port],
+        backfill={"enabled": True, "dir": str(tmp_path / "buffer")},
+    )  # fmt: skip
+    gateway = GatewayApp(gw_cfg)
+    agent = AgentApp(ag_cfg)
+    try:
+        await asyncio.to_thread(prom.wait_ready)
+        await gateway.start()
+        await agent.start()
+        await wait_for(lambda: gateway.registry.agents_for("edge-node-1"))
+        assert gateway.proxy is not None
+        proxy = f"http://127.0.0.1:{gateway.proxy.http_address[1]}"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(3):  # Prometheus's scrapes, 0.5 s apart, through the tunnel
+                async with http.get(
+                    f"{proxy}/metrics",
+                    headers={
+                        "Host": f"edge-node-1:{target_port}",
+                        "X-Prometheus-Scrape-Timeout-Seconds": "0.4",
+                    },
+                ) as r:
+                    assert r.status == 200  # fmt: skip
+                await asyncio.sleep(0.5)
+        served = counter[0]
+        assert agent.backfill is not None
+        (learned,) = agent.backfill.table.targets.values()
+        assert learned.interval_s is not None and abs(learned.interval_s - 0.5) < 0.2
+        assert learned.timeout_s == 0.4
+        # the gateway goes away: the tunnel is down, the agent scrapes on its own
+        await gateway.stop()
+        await wait_for(lambda: agent.backfill is not None and agent.backfill.store is not None
+                       and agent.backfill.store.totals.rows >= 6, timeout_s=20)  # fmt: skip
+        local_scrapes = agent.backfill.store.totals.rows
+        assert local_scrapes >= 6 and counter[0] > served
+        gateway = GatewayApp(gw_cfg)
+        await gateway.start()
+        await wait_for(lambda: gateway.backfill is not None
+                       and gateway.backfill.status.get("site-a") is not None
+                       and gateway.backfill.status["site-a"].samples_written >= 12,
+                       timeout_s=30)  # fmt: skip
+        result = await asyncio.to_thread(
+            prom.query, 'count_over_time(edge_requests_total{job="edge-node"}[10m])'
+        )
+        assert len(result) == 1
+        labels = result[0]["metric"]
+        assert labels == {"code": "200", "instance": f"edge-node-1:{target_port}",
+                          "job": "edge-node"}  # fmt: skip
+        assert int(result[0]["value"][1]) >= 6
+        info = await asyncio.to_thread(prom.query, "edge_info")
+        # honor_labels false: the page's own job is kept as exported_job
+        assert info[0]["metric"]["exported_job"] == "page-job"
+        assert info[0]["metric"]["job"] == "edge-node"
+        # the values are the target's own (its counter at each local scrape)
+        values = await asyncio.to_thread(prom.query, 'edge_requests_total{job="edge-node"}[10m]')
+        seen = [int(float(v)) for _, v in values[0]["values"]]
+        assert seen == sorted(seen) and seen[0] > served and len(set(seen)) == len(seen)
+        admin = gateway.admin.bound
+        assert admin is not None
+        url = f"http://127.0.0.1:{admin[1]}/api/v1/agents"
+        async with aiohttp.ClientSession() as http, http.get(url) as r:
+            body = await r.json()
+        (site,) = body["agents"]
+        assert site["backfill"]["samples_written"] >= 12
+    finally:
+        await agent.stop()
+        await gateway.stop()
+        await target.cleanup()
+        await asyncio.to_thread(prom.stop)
