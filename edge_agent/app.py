@@ -67,6 +67,7 @@ class AgentApp:
             )
             self.relay.request_watcher = self.backfill.sniffer
         self.node_source: Any = None
+        self.service_endpoints: Any = None
         self.l3: Any = None
         self.gpu: Any = None
 
@@ -113,6 +114,14 @@ class AgentApp:
             from edge_agent.nodes_k8s import start_node_source
 
             self.node_source = await start_node_source(self.config.kubernetes, self._nodes_changed)
+        if self.config.kubernetes.services:
+            from edge_agent.service_endpoints import start_service_endpoints
+            from raven.kube.client import load_config
+
+            self.service_endpoints = await start_service_endpoints(
+                self.config.kubernetes.services, load_config(self.config.kubernetes.kubeconfig)
+            )
+            self.relay.endpoints = self.service_endpoints
         if self.config.tun.enabled:
             from edge_agent.tun.setup import start_agent_l3
 
@@ -135,6 +144,8 @@ class AgentApp:
             await self.backfill.stop()
         if self.node_source is not None:
             await self.node_source.stop()
+        if self.service_endpoints is not None:
+            await self.service_endpoints.stop()
         if self.l3 is not None:
             await self.l3.stop()
         if self.gpu is not None:

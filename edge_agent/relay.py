@@ -39,6 +39,15 @@ class RequestWatcher(Protocol):
         ...
 
 
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class EndpointFinder(Protocol):
+    """Where else ``port`` of ``node`` may listen (Service endpoints on that node)."""
+
+    def candidates(self, node: str, port: int) -> list[tuple[str, int]]: ...
+
+
 class RelayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.streams = Counter(
@@ -49,6 +58,12 @@ class RelayMetrics:
         )
         self.active = Gauge(
             "raven_agent_streams_active", "Streams relayed right now.", registry=registry
+        )
+        self.service_endpoints = Counter(
+            "raven_agent_service_endpoint_connects_total",
+            "Connections to a Service endpoint after the node's own address refused, by result.",
+            ["result"],
+            registry=registry,
         )
         self.bytes = Counter(
             "raven_agent_relay_bytes_total",
@@ -72,6 +87,8 @@ class Relay:
         self.allowed_ports = frozenset(allowed_ports)
         self.connect_timeout_s = connect_timeout_s
         self.metrics = RelayMetrics(registry)
+        #: Service endpoints asked when a node's own address refuses (None: not configured).
+        self.endpoints: EndpointFinder | None = None
         #: per stream, an optional watcher of the request bytes (set by the backfill service)
         self.request_watcher: Callable[[str, int], RequestWatcher | None] | None = None
 
@@ -93,8 +110,7 @@ class Relay:
             self._refuse(stream, StreamCode.PORT_NOT_ALLOWED, f"port {port} not allowed")
             return
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                reader, writer = await asyncio.open_connection(address, port)
+            reader, writer = await self._connect(name, address, port)
         except TimeoutError:
             self._refuse(stream, StreamCode.TARGET_TIMEOUT, f"connect to {name}:{port} timed out")
             return
@@ -123,6 +139,36 @@ class Relay:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    async def _open(self, host: str, port: int) -> Connection:
+        async with asyncio.timeout(self.connect_timeout_s):
+            return await asyncio.open_connection(host, port)
+
+    async def _connect(self, name: str, address: str, port: int) -> Connection:
+        """The node's own address first; when nothing listens there (refused), the ready
+        endpoints of a configured Service on that node (:mod:`edge_agent.service_endpoints`)."""
+        try:
+            return await self._open(address, port)
+        except ConnectionRefusedError:
+            candidates = self.endpoints.candidates(name, port) if self.endpoints else []
+            if not candidates:
+                raise
+        for host, target_port in candidates:
+            try:
+                conn = await self._open(host, target_port)
+            except (OSError, TimeoutError) as exc:
+                self.metrics.service_endpoints.labels("failed").inc()
+                log.info(
+                    "service endpoint failed node=%s endpoint=%s:%d err=%s",
+                    name,
+                    host,
+                    target_port,
+                    exc,
+                )
+                continue
+            self.metrics.service_endpoints.labels("ok").inc()
+            return conn
+        raise ConnectionRefusedError(f"{name}:{port} and its service endpoints refused")
 
     async def _pump(
         self,

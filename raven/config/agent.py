@@ -25,6 +25,20 @@ class KubernetesNodeSource:
         "Label selector of the site's nodes.", default="openyurt.io/is-edge-worker=true"
     )
     kubeconfig: str | None = doc("Kubeconfig path; in-cluster config when unset.", default=None)
+    services: list[str] = doc(
+        "Services (`namespace/name`) whose endpoints answer for `node:port` when nothing "
+        "listens on the node's own address: a scrape of `node:9400` reaches the Service's "
+        "ready endpoint on that node (EndpointSlices by `nodeName`), e.g. upstream "
+        "dcgm-exporter's ClusterIP Service. Needs API credentials (`kubeconfig` or in-cluster), "
+        "also when `enabled` is false.",
+        default_factory=list,
+    )
+
+    def __post_init__(self) -> None:
+        for svc in self.services:
+            namespace, sep, name = svc.partition("/")
+            if not sep or not namespace or not name or "/" in name:
+                raise ValueError(f"services: {svc[:80]!r} is not namespace/name")
 
 
 @dataclass(frozen=True)

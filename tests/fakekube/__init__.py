@@ -1,7 +1,8 @@
 """A small in-test Kubernetes API server speaking the real wire format, so the real
 ``kubernetes`` client can be pointed at it (``Configuration(host=kube.url)``).
 
-It serves any core (``/api/v1``) resource, cluster-scoped (``/api/v1/nodes``) or namespaced
+It serves any core (``/api/v1``) or group (``/apis/<group>/<version>``, e.g.
+EndpointSlices) resource, cluster-scoped (``/api/v1/nodes``) or namespaced
 (``/api/v1/namespaces/<ns>/services``), from an in-memory store with a resourceVersion counter
 and an event history. What it implements, as the apiserver does:
 
@@ -27,13 +28,21 @@ and an event history. What it implements, as the apiserver does:
 Every request is recorded in :attr:`FakeKube.requests` so tests can check what a client sent.
 """
 
-from tests.fakekube.objects import make_node, make_service, status
+from tests.fakekube.objects import (
+    make_endpoint_slice,
+    make_exporter_service,
+    make_node,
+    make_service,
+    status,
+)
 from tests.fakekube.selectors import field_selector_matches, selector_matches
 from tests.fakekube.server import FakeKube
 
 __all__ = [
     "FakeKube",
     "field_selector_matches",
+    "make_endpoint_slice",
+    "make_exporter_service",
     "make_node",
     "make_service",
     "selector_matches",

@@ -57,6 +57,61 @@ def make_service(namespace: str, name: str, cluster_ips: list[str] | None) -> di
     }
 
 
+def make_endpoint_slice(
+    namespace: str,
+    service: str,
+    endpoints: list[tuple[str, str]],
+    *,
+    port_name: str = "metrics",
+    port: int = 9400,
+    suffix: str = "abcde",
+    ready: bool = True,
+) -> dict[str, Any]:
+    """An EndpointSlice of ``service``: ``endpoints`` is [(node name, pod IP)], as the
+    EndpointSlice controller writes it for a DaemonSet's pods."""
+    return {
+        "kind": "EndpointSlice",
+        "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {
+            "name": f"{service}-{suffix}",
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+            "uid": f"uid-{namespace}-{service}-{suffix}",
+            "creationTimestamp": CREATED,
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {
+                "addresses": [ip],
+                "conditions": {"ready": ready, "serving": ready, "terminating": False},
+                "nodeName": node,
+                "targetRef": {"kind": "Pod", "namespace": namespace, "name": f"{service}-{node}"},
+            }
+            for node, ip in endpoints
+        ],
+        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+    }
+
+
+def make_exporter_service(
+    namespace: str,
+    name: str,
+    *,
+    port: int = 9400,
+    target: int | str = 9400,
+    port_name: str = "metrics",
+) -> dict[str, Any]:
+    """A ClusterIP Service like upstream dcgm-exporter's chart creates."""
+    svc = make_service(namespace, name, ["10.96.7.7"])
+    svc["spec"]["ports"] = [
+        {"name": port_name, "protocol": "TCP", "port": port, "targetPort": target}
+    ]
+    return svc
+
+
 def status(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
     """A failure ``Status`` object (the body of every API error, and of ERROR watch events)."""
     body: dict[str, Any] = {

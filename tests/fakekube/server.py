@@ -27,6 +27,7 @@ KINDS = {
     "configmaps": "ConfigMap",
     "pods": "Pod",
     "namespaces": "Namespace",
+    "endpointslices": "EndpointSlice",
 }
 VERBS = {"GET": "get", "POST": "create", "PUT": "update"}
 #: What :attr:`FakeKube.garbage_next_event` writes: the start of an event, never finished.
@@ -115,7 +116,8 @@ class FakeKube:
 
     async def __aenter__(self) -> FakeKube:
         app = web.Application()
-        for prefix in ("/api/v1", "/api/v1/namespaces/{namespace}"):
+        prefixes = ("/api/v1", "/apis/{group}/{version}")
+        for prefix in [p + ns for p in prefixes for ns in ("", "/namespaces/{namespace}")]:
             app.router.add_get(prefix + "/{resource}", self._handle_collection)
             app.router.add_post(prefix + "/{resource}", self._handle_create)
             app.router.add_get(prefix + "/{resource}/{name}", self._handle_get)
@@ -425,10 +427,17 @@ class FakeKube:
             return status_response(400, "BadRequest", str(exc))
         if q.get("watch") in ("true", "1"):
             return await self._watch(request, resource, namespace, selectors)
-        return self._list(resource, namespace, selectors, q)
+        group = request.match_info.get("group")
+        api_version = f"{group}/{request.match_info['version']}" if group else "v1"
+        return self._list(resource, namespace, selectors, q, api_version)
 
     def _list(
-        self, resource: str, namespace: str | None, selectors: _Selectors, q: Any
+        self,
+        resource: str,
+        namespace: str | None,
+        selectors: _Selectors,
+        q: Any,
+        api_version: str = "v1",
     ) -> web.StreamResponse:
         """A list page. The ``continue`` token carries the list's resourceVersion and the
         offset; one older than the compacted history (or any, after
@@ -455,7 +464,12 @@ class FakeKube:
             for obj in items[start : start + limit]
         ]
         return web.json_response(
-            {"kind": f"{_kind(resource)}List", "apiVersion": "v1", "metadata": meta, "items": page}
+            {
+                "kind": f"{_kind(resource)}List",
+                "apiVersion": api_version,
+                "metadata": meta,
+                "items": page,
+            }
         )
 
     async def _watch(
