@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from tests.helpers import ThreadDidNotReturn, call_in_thread
+from tests.helpers.threads import ThreadDidNotReturn, call_in_thread
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import require
+from tests.helpers import free_port, require
 
 pytestmark = pytest.mark.e2e
 
@@ -37,12 +37,6 @@ RUNNER = (
 
 def require_prometheus() -> None:
     require(os.path.exists(PROMETHEUS), f"prometheus not installed at {PROMETHEUS} (scripts/setup)")
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def loopback_host() -> str:

@@ -1,8 +1,8 @@
 """A real DNS server reads the generated file: dnsmasq ``--hostsdir`` (inotify reload), dnspython.
 
 dnsmasq reads the same hosts format as CoreDNS's ``hosts`` plugin. It listens on 127.0.0.1 on
-a free high port (no namespace needed). Needs root and /usr/sbin/dnsmasq; skipped without
-them unless RAVEN_REQUIRE_E2E=1, which turns the skip into a failure.
+a free high port (tests.helpers.dnsmasq). Needs root and dnsmasq; skipped without them, which
+fails the run in CI (RAVEN_REQUIRE_E2E=1).
 """
 
 from __future__ import annotations
@@ -10,16 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import os
-import shutil
-import socket
-import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import dns.asyncresolver
-import dns.resolver
 import pytest
 from coredns_hosts.__main__ import main as hosts_main
 from coredns_hosts.check import check_names
@@ -30,94 +24,18 @@ from coredns_hosts.sinks.file import FileSink
 from coredns_hosts.sources.static import StaticSource
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import require
+from tests.helpers import wait_for
+from tests.helpers.dnsmasq import query, running_dnsmasq
 
 pytestmark = pytest.mark.e2e
-DNSMASQ = shutil.which("dnsmasq") or (
-    "/usr/sbin/dnsmasq" if Path("/usr/sbin/dnsmasq").exists() else None
-)
-
-
-def _require() -> None:
-    missing = []
-    if DNSMASQ is None:
-        missing.append("dnsmasq not installed")
-    if os.geteuid() != 0:
-        missing.append("not root")
-    require(not missing, ", ".join(missing))
-
-
-def free_udp_tcp_port() -> int:
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port: int = u.getsockname()[1]
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no free port")
 
 
 @pytest.fixture
 def dnsmasq(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    _require()
-    assert DNSMASQ is not None
     hostsdir = tmp_path / "hostsdir"
     hostsdir.mkdir()
-    port = free_udp_tcp_port()
-    log = (tmp_path / "dnsmasq.log").open("w")
-    proc = subprocess.Popen(
-        [
-            DNSMASQ,
-            "--keep-in-foreground",
-            "--log-facility=-",
-            "--user=root",
-            f"--pid-file={tmp_path / 'dnsmasq.pid'}",
-            "--no-resolv",
-            "--no-hosts",
-            "--local=/#/",
-            "--listen-address=127.0.0.1",
-            "--bind-interfaces",
-            f"--port={port}",
-            f"--hostsdir={hostsdir}",
-            "--cache-size=0",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:  # ready when it answers (NXDOMAIN) for an unknown name
-            if proc.poll() is not None:
-                raise RuntimeError(f"dnsmasq exited: {(tmp_path / 'dnsmasq.log').read_text()}")
-            try:
-                query("probe.invalid", "A", port)
-                break
-            except dns.exception.Timeout:
-                if time.monotonic() > deadline:
-                    raise
+    with running_dnsmasq(hostsdir, tmp_path) as port:
         yield hostsdir, port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def query(name: str, rdtype: str, port: int) -> set[str] | str:
-    res = dns.resolver.Resolver(configure=False)
-    res.nameservers, res.port, res.lifetime, res.cache = ["127.0.0.1"], port, 0.5, None
-    try:
-        answer = res.resolve(name, rdtype, search=False, raise_on_no_answer=False)
-    except dns.resolver.NXDOMAIN:
-        return "NXDOMAIN"
-    return {r.address for r in answer.rrset} if answer.rrset is not None else set()
 
 
 async def resolves(name: str, rdtype: str, port: int, want: set[str] | str) -> None:
@@ -134,13 +52,6 @@ async def resolves(name: str, rdtype: str, port: int, want: set[str] | str) -> N
 async def cli(argv: list[str]) -> int:
     """The CLI runs its own event loop: run it on a thread."""
     return await asyncio.to_thread(hosts_main, argv)
-
-
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager

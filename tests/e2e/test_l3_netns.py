@@ -25,7 +25,6 @@ import struct
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +37,7 @@ from raven.transport.tun import LinuxTun
 from tests.e2e.conftest import REPO_ROOT, require_e2e
 from tests.e2e.netns import Lab, Netns, Proc, run_in_netns, veth, wait_until
 from tests.e2e.prometheus import Prometheus, parse_exposition, static_job
-from tests.helpers import require
+from tests.helpers import raven_cmd, require
 
 EDGE_SUBNETS = ["192.168.50.0/24", "fd00:50::/64"]
 CLOUD_SUBNETS = ["10.1.0.0/24", "fd00:1::/64"]
@@ -47,11 +46,6 @@ UNAUTHORISED = "192.168.60.0/24"
 TUN_MTU = 1380
 GW_ADMIN, AGENT_ADMIN = ("127.0.0.1", 10265), ("127.0.0.1", 10266)
 ENV = {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'coredns-hosts'}"}
-
-
-def raven_cmd() -> list[str]:
-    script = Path(sys.executable).parent / "raven"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "raven.cli"]
 
 
 def require_raven_apps() -> None:

@@ -48,7 +48,7 @@ from tests.e2e.prometheus import (
     static_job,
     write_textfile,
 )
-from tests.helpers import require
+from tests.helpers import raven_cmd, require
 
 pytestmark = pytest.mark.e2e
 
@@ -132,11 +132,6 @@ def make_sites() -> list[Site]:
 
 
 # --- commands --------------------------------------------------------------------------------
-
-
-def raven_cmd() -> list[str]:
-    script = Path(sys.executable).parent / "raven"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "raven.cli"]
 
 
 @functools.cache

@@ -1,5 +1,5 @@
 """Fixtures shared by the loopback integration tests."""
 
-from tests.tunnel_site import site
+from tests.helpers.tunnel import site
 
 __all__ = ["site"]

@@ -43,16 +43,16 @@ async def test_reload_widens_narrows_and_removes_an_agent(tmp_path: Path) -> Non
         link = next(iter(agent.dialer.links.values()))
         # widen: the agent's tunnel is closed, it reconnects and registers under the new rules
         gateway.reload(with_agents(gateway.config, wide))
-        await wait_for(lambda: link.connects == 2, 10)
-        await wait_for(lambda: gateway.registry.agents_for("gpu-1"), 10)
+        await wait_for(lambda: link.connects == 2, timeout_s=10)
+        await wait_for(lambda: gateway.registry.agents_for("gpu-1"), timeout_s=10)
         # remove the key: the tunnel goes and reconnecting is refused
         gateway.reload(with_agents(gateway.config, []))
-        await wait_for(lambda: not gateway.registry.sessions, 10)
+        await wait_for(lambda: not gateway.registry.sessions, timeout_s=10)
         await asyncio.sleep(1.0)  # several reconnect attempts (backoff <= 0.5 s)
         assert link.connects == 2 and not gateway.registry.sessions
         # unchanged agents: nothing is closed
         gateway.reload(with_agents(gateway.config, wide))
-        await wait_for(lambda: link.connects == 3, 10)
+        await wait_for(lambda: link.connects == 3, timeout_s=10)
         gateway.reload(with_agents(gateway.config, wide))
         await asyncio.sleep(0.3)
         assert link.connects == 3 and gateway.registry.sessions
@@ -71,7 +71,7 @@ async def test_watch_file_sees_a_replaced_file(tmp_path: Path) -> None:
         tmp = tmp_path / ".new"
         tmp.write_text("a: 22\n")
         tmp.rename(target)  # how editors and the kubelet replace files
-        await wait_for(lambda: seen == [1], 5)
+        await wait_for(lambda: seen == [1], timeout_s=5)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -7,7 +7,6 @@ import asyncio
 import gzip
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from gpu_exporter.podresources import (
 )
 from gpu_exporter.server import GpuExporter
 from gpu_exporter.simulated import SimulatedBackend
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -244,12 +244,6 @@ def test_cli_without_nvml_names_the_fix(capsys: pytest.CaptureFixture[str]) -> N
     assert cli.run(parse_cli(["gpu-exporter", "-a", "127.0.0.1:0"])) == 2
     err = capsys.readouterr().err
     assert "install the NVIDIA driver" in err and "--simulate" in err
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 RUNNER = (

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from raven.kube.client import ApiConfig
 from tests.fakekube import FakeKube
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -44,14 +44,6 @@ def kube() -> Iterator[FakeKube]:
 
 def api_client(kube: FakeKube) -> client.ApiClient:
     return client.ApiClient(client.Configuration(host=kube.url))
-
-
-async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def hosts(path: Path) -> dict[str, frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address]]:

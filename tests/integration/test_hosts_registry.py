@@ -11,8 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -26,17 +25,11 @@ from coredns_hosts.sources.registry import RegistrySource
 from coredns_hosts.sources.static import StaticSource
 from prometheus_client import CollectorRegistry
 
+from tests.helpers import free_port, wait_for
+
 pytestmark = pytest.mark.integration
 V4, V6 = ipaddress.ip_address("10.96.0.50"), ipaddress.ip_address("fd00::50")
 ROOT = Path(__file__).resolve().parents[2]
-
-
-async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def hosts(path: Path) -> dict[str, frozenset[object]]:
@@ -180,13 +173,6 @@ async def test_static_source_follows_file_and_keeps_last_good(tmp_path: Path) ->
         await wait_for(lambda: err(metrics.registry, "source", "static_input") >= 1, "bad YAML")
         assert out.read_text() == good
         assert metrics.registry.get_sample_value("raven_hosts_invalid_names") == 1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_cli_run_process_serves_admin_and_stops_on_sigterm(tmp_path: Path) -> None:

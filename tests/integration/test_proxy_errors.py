@@ -9,13 +9,12 @@ import pytest
 
 from raven.config.gateway import TlsListener
 from raven.transport.stream import OpenFailure
+from tests.helpers import free_port, sample
 from tests.integration.test_proxy_http import (
     FailingOpener,
     direct,
-    free_port,
     raw_exchange,
     running_proxy,
-    sample,
     target_port,
 )
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import socket
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from cloud_gateway.proxy import ProxyServer
 from raven.config.gateway import ProxyConfig
 from raven.transport.direct import DirectOpener
 from raven.transport.stream import ByteStream, OpenFailure, StreamOpenError
+from tests.helpers import sample
 
 pytestmark = pytest.mark.integration
 
@@ -184,16 +184,6 @@ async def raw_exchange(addr: tuple[str, int], data: bytes, timeout: float = 5.0)
             return await reader.read(-1)
     finally:
         writer.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    return registry.get_sample_value(name, labels) or 0.0
 
 
 # --------------------------------------------------------------------------- modes

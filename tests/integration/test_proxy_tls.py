@@ -22,14 +22,13 @@ from raven.config.gateway import TlsListener
 from raven.protocol.codes import StreamCode
 from raven.transport.direct import DirectOpener
 from raven.transport.stream import OpenFailure, StreamOpenError, StreamResetError
+from tests.helpers import free_port, sample
 from tests.integration.test_proxy_http import (
     METRICS,
     direct,
-    free_port,
     proxy_config,
     raw_exchange,
     running_proxy,
-    sample,
     serve_app,
     target_app,
 )

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +16,8 @@ from edge_agent.relay import Relay
 from raven.config.gateway import AuthorisedAgent
 from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
-from tests.helpers import KeyPair, free_port, require, start_echo_server, wait_for
+from tests.helpers import KeyPair, free_port, start_echo_server, wait_for
+from tests.helpers.dnsmasq import running_dnsmasq
 
 LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=0.5)
 REPLICAS = ["127.0.0.2", "127.0.0.3"]
@@ -32,34 +30,12 @@ def write_hosts(directory: Path, addresses: list[str]) -> None:
 
 
 @pytest.fixture
-def dnsmasq(tmp_path: Path):
-    require(shutil.which("dnsmasq") is not None, "dnsmasq not installed (apt-get install dnsmasq)")
-    require(os.geteuid() == 0, "dnsmasq needs root here")
+def dnsmasq(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     hosts = tmp_path / "hosts.d"
     hosts.mkdir()
     write_hosts(hosts, REPLICAS)
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            "dnsmasq",
-            "--keep-in-foreground",
-            "--log-facility=-",
-            "--no-resolv",
-            "--no-hosts",
-            "--local=/#/",
-            "--listen-address=127.0.0.1",
-            "--bind-interfaces",
-            f"--port={port}",
-            f"--hostsdir={hosts}",
-            f"--pid-file={tmp_path / 'dnsmasq.pid'}",
-            "--user=root",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    yield hosts, port
-    proc.terminate()
-    proc.wait(timeout=5)
+    with running_dnsmasq(hosts, tmp_path) as port:
+        yield hosts, port
 
 
 @pytest.fixture
@@ -117,7 +93,7 @@ async def test_agent_keeps_a_tunnel_to_every_replica(dnsmasq, gateways) -> None:
     dialer.start()
     try:
         # a scrape landing on either replica finds the agent
-        await wait_for(lambda: all(r.agents_for("edge-echo-1") for r in registries), 15)
+        await wait_for(lambda: all(r.agents_for("edge-echo-1") for r in registries), timeout_s=15)
         for reg in registries:
             stream = await reg.open_stream("edge-echo-1", echo_port, timeout_s=5)
             await stream.write(b"hello")
@@ -125,12 +101,12 @@ async def test_agent_keeps_a_tunnel_to_every_replica(dnsmasq, gateways) -> None:
             await stream.aclose()
         # a replica vanishes from DNS: its link is dropped
         write_hosts(hosts, REPLICAS[:1])
-        await wait_for(lambda: sorted(dialer.links) == REPLICAS[:1], 15)
-        await wait_for(lambda: not registries[1].sessions, 10)
+        await wait_for(lambda: sorted(dialer.links) == REPLICAS[:1], timeout_s=15)
+        await wait_for(lambda: not registries[1].sessions, timeout_s=10)
         assert registries[0].agents_for("edge-echo-1")
         # and comes back
         write_hosts(hosts, REPLICAS)
-        await wait_for(lambda: all(r.agents_for("edge-echo-1") for r in registries), 15)
+        await wait_for(lambda: all(r.agents_for("edge-echo-1") for r in registries), timeout_s=15)
     finally:
         await dialer.stop()
         echo.close()

@@ -15,7 +15,7 @@ from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.secure_channel import Role
 from tests.helpers import KeyPair, wait_for
-from tests.tunnel_site import LIMITS, Site, echo_port
+from tests.helpers.tunnel import LIMITS, Site, echo_port
 
 
 def handshakes(site: Site, result: str) -> float:

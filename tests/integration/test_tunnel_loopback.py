@@ -10,7 +10,7 @@ import pytest
 
 from raven.transport.stream import OpenFailure, StreamOpenError
 from tests.helpers import KeyPair, wait_for
-from tests.tunnel_site import LIMITS, Site, echo_port
+from tests.helpers.tunnel import LIMITS, Site, echo_port
 
 
 async def test_stream_echoed_through_tunnel(site: Site) -> None:

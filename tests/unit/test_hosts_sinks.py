@@ -7,8 +7,6 @@ import contextlib
 import ipaddress
 import os
 import stat
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,8 @@ from coredns_hosts.sinks.file import FileSink
 from coredns_hosts.sources import OnChange
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import call_with_file_permissions
+from tests.helpers import wait_for
+from tests.helpers.threads import call_with_file_permissions
 
 V4 = ipaddress.ip_address("10.96.0.50")
 
@@ -119,13 +118,6 @@ class MemorySink:
             return False
         self.texts.append(text)
         return True
-
-
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager

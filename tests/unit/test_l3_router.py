@@ -15,6 +15,7 @@ from raven.l3 import parse_packet
 from raven.l3.build import TCP_SYN, mss_option, tcp_packet, udp_packet
 from raven.transport.netconfig import NetConfig
 from raven.transport.tun import MemoryTun
+from tests.helpers import sample
 
 CLOUD = ipaddress.IPv4Address("10.1.0.2")
 EDGE = ipaddress.IPv4Address("192.168.50.7")
@@ -32,10 +33,6 @@ class Sink:
         if self.accept:
             self.packets.append(packet)
         return self.accept
-
-
-def sample(reg: CollectorRegistry, name: str, **labels: str) -> float:
-    return reg.get_sample_value(name, labels) or 0.0
 
 
 async def make(mtu: int = 1380) -> tuple[L3Router, MemoryTun, CollectorRegistry]:
