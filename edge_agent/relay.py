@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from raven.protocol.codes import StreamCode
 from raven.protocol.limits import Limits
 from raven.protocol.names import normalize_node_name
+from raven.transport.pump import pump
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel import TunnelStream
 
@@ -177,43 +178,22 @@ class Relay:
         writer: asyncio.StreamWriter,
         watcher: RequestWatcher | None = None,
     ) -> None:
-        up = asyncio.create_task(self._to_target(stream, writer, watcher))
-        down = asyncio.create_task(self._from_target(stream, reader))
-        try:
-            done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                if task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            await asyncio.gather(up, down)
-        except StreamResetError:
-            pass  # the gateway side went away: just close the target
-        except (ConnectionError, OSError) as exc:
-            stream.reset(StreamCode.TARGET_RESET, f"target connection broke: {exc}")
-        finally:
-            for task in (up, down):
-                task.cancel()
-            await asyncio.gather(up, down, return_exceptions=True)
+        watching = [watcher] if watcher is not None else []
 
-    async def _to_target(
-        self, stream: TunnelStream, writer: asyncio.StreamWriter, watcher: RequestWatcher | None
-    ) -> None:
-        while True:
-            data = await stream.read(READ_CHUNK_BYTES)
-            if watcher is not None and watcher.feed(data):
-                watcher = None
-            if not data:
-                if writer.can_write_eof():
-                    writer.write_eof()
-                return
-            writer.write(data)
+        def to_target(data: bytes) -> None:
             self.metrics.bytes.labels("to_target").inc(len(data))
-            await writer.drain()
+            if watching and watching[0].feed(data):
+                watching.clear()
 
-    async def _from_target(self, stream: TunnelStream, reader: asyncio.StreamReader) -> None:
-        while True:
-            data = await reader.read(READ_CHUNK_BYTES)
-            if not data:
-                await stream.write_eof()
-                return
+        def from_target(data: bytes) -> None:
             self.metrics.bytes.labels("from_target").inc(len(data))
-            await stream.write(data)
+
+        result = await pump(stream, reader, writer, chunk_bytes=READ_CHUNK_BYTES,
+                            on_to_stream=from_target, on_to_socket=to_target)  # fmt: skip
+        error = result.error
+        if isinstance(error, StreamResetError):
+            return  # the gateway side went away: just close the target
+        if isinstance(error, OSError):
+            stream.reset(StreamCode.TARGET_RESET, f"target connection broke: {error}")
+        elif error is not None:
+            raise error
