@@ -57,6 +57,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.helpers import free_port  # noqa: E402
+
 JOB = "fleet"
 SETUP_TIMEOUT_S = 120.0
 
@@ -75,12 +77,6 @@ def fleet(agents: int, per_agent: int) -> dict[int, dict[str, str]]:
         a: {node_name(a, n): node_address(a, n) for n in range(1, per_agent + 1)}
         for a in range(agents)
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(host: str, port: int, timeout_s: float = 30.0) -> None:

@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.helpers import free_port  # noqa: E402
+
 NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
 ALL_PATHS = ("direct", "nginx", "gateway", "tunnel")
@@ -48,12 +50,6 @@ def metrics_page() -> bytes:
         size += len(lines[-1])
         i += 1
     return ("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + "".join(lines)).encode()[:PAGE_BYTES]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pids: list[int]) -> float:

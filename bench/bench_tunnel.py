@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.helpers import free_port  # noqa: E402
+
 BLOCK = os.urandom(256 * 1024)
 
 
@@ -171,14 +173,6 @@ async def measure(port: int, streams: int, seconds: float) -> int:
 
 def spawn(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, __file__, "--role", *args], cwd=ROOT)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_path(kind: str, streams: int, seconds: float, keydir: str) -> tuple[float, float]:
