@@ -96,17 +96,22 @@ def missing_prerequisites(tools: Iterable[str] = ()) -> list[str]:
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def enter_netns(name: str) -> None:
+    """Switch the calling thread into network namespace ``name`` (setns is per thread)."""
+    fd = os.open(NETNS_RUN_DIR / name, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({name}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def run_in_netns(name: str, func: Callable[[], T]) -> T:
     """Call ``func`` in a fresh thread switched into namespace ``name``; return its result."""
 
     def enter() -> None:
-        fd = os.open(NETNS_RUN_DIR / name, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            if _libc.setns(fd, _CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns({name}): {os.strerror(err)}")
-        finally:
-            os.close(fd)
+        enter_netns(name)
 
     try:
         return call_in_thread(func, prepare=enter, name=f"netns-{name}", timeout_s=10.0)

@@ -81,7 +81,18 @@ class FakeKube:
     the loop: a synchronous client call, a CLI that runs ``asyncio.run``). Either way the
     test calls the same methods, and ``kube.url`` is where it listens."""
 
-    def __init__(self, *, bookmark_interval_s: float = 0.5, gone_as_http: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        bookmark_interval_s: float = 0.5,
+        gone_as_http: bool = False,
+        host: str = "127.0.0.1",
+        thread_setup: Callable[[], None] | None = None,
+    ) -> None:
+        #: Where it listens; ``thread_setup`` runs first on its own thread (``with`` form),
+        #: e.g. to enter a network namespace so a process there can reach it.
+        self.host = host
+        self.thread_setup = thread_setup
         #: Idle watches with ``allowWatchBookmarks`` get a BOOKMARK this often.
         self.bookmark_interval_s = bookmark_interval_s
         self.gone_as_http = gone_as_http
@@ -124,7 +135,7 @@ class FakeKube:
             app.router.add_put(prefix + "/{resource}/{name}", self._handle_replace)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.host, 0)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self
@@ -137,7 +148,14 @@ class FakeKube:
 
     def __enter__(self) -> FakeKube:
         loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=loop.run_forever, name="fakekube", daemon=True)
+        setup = self.thread_setup
+
+        def serve() -> None:
+            if setup is not None:
+                setup()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, name="fakekube", daemon=True)
         self._thread.start()
         self._loop = loop
         asyncio.run_coroutine_threadsafe(self.__aenter__(), loop).result(10)
@@ -168,7 +186,7 @@ class FakeKube:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def resource_version(self) -> int:
