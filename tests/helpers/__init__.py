@@ -1,9 +1,12 @@
 """The one set of test helpers.
 
 This module: free ports, keys and configs, an echo server, polling (``wait_for``), prerequisites
-(``require``) and metric samples. ``tests.helpers.threads``: calls in a thread with its own
-namespace or capabilities. ``tests.helpers.tunnel``: a gateway listener plus agent links on
-loopback. ``tests.helpers.dnsmasq``: a real DNS server on loopback.
+(``require``), metric samples and the ``raven`` command. Beside it:
+
+- ``threads``: calls in a thread with its own network namespace or capabilities;
+- ``tunnel``: a gateway listener plus agent links on loopback (the ``site`` fixture);
+- ``proxy``: the L7 proxy, its targets and openers on loopback (the ``target_port`` fixture);
+- ``dnsmasq``: a real DNS server on loopback.
 """
 
 from __future__ import annotations

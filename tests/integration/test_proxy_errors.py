@@ -10,16 +10,14 @@ import pytest
 from raven.config.gateway import TlsListener
 from raven.transport.stream import OpenFailure
 from tests.helpers import free_port, sample
-from tests.integration.test_proxy_http import (
+from tests.helpers.proxy import (
     FailingOpener,
     direct,
     raw_exchange,
     running_proxy,
-    target_port,
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["target_port"]
 
 
 async def _status(

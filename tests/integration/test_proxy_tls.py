@@ -23,7 +23,7 @@ from raven.protocol.codes import StreamCode
 from raven.transport.direct import DirectOpener
 from raven.transport.stream import OpenFailure, StreamOpenError, StreamResetError
 from tests.helpers import free_port, sample
-from tests.integration.test_proxy_http import (
+from tests.helpers.proxy import (
     METRICS,
     direct,
     proxy_config,
