@@ -39,6 +39,8 @@ class AgentApp:
             limits=config.limits.to_limits(),
             min_backoff_s=config.reconnect.min_backoff_s,
             max_backoff_s=config.reconnect.max_backoff_s,
+            probe_s=config.reconnect.probe_s,
+            probe_for_s=config.reconnect.probe_for_s,
         )
         self.dialer = Dialer(
             config.gateway,

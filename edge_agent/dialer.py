@@ -9,6 +9,7 @@ periodically: new replicas get a link, vanished ones are dropped.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import random
@@ -43,6 +44,27 @@ class DialSettings:
     limits: Limits
     min_backoff_s: float
     max_backoff_s: float
+    #: after a tunnel was lost and while the path stays broken: retry at most this far apart
+    #: (full jitter) and give each TCP connect twice this (see ReconnectConfig)
+    probe_s: float = 1.0
+    probe_for_s: float = 900.0
+
+
+#: Errors that say the network path is broken, not that a gateway answered (refused, busy).
+_PATH_ERRNOS = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN}
+
+
+def path_broken(exc: BaseException) -> bool:
+    """True when nothing reached the gateway: the connect timed out or had no route."""
+    if isinstance(exc, TimeoutError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _PATH_ERRNOS
+
+
+def probe_delay(probe_s: float, rng: random.Random) -> float:
+    """Delay of a recovery probe: uniform in [probe_s / 20, probe_s] (full jitter, so agents
+    returning together spread over the whole window)."""
+    return rng.uniform(probe_s / 20, probe_s)
 
 
 async def resolve_gateway(host: str, resolver: dns.asyncresolver.Resolver | None) -> list[str]:
@@ -97,6 +119,8 @@ class GatewayLink:
         self.refused: tuple[tuple[str, str], ...] = ()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        #: monotonic time the last tunnel was lost, while the path is believed broken
+        self._lost_at: float | None = None
 
     @property
     def label(self) -> str:
@@ -125,6 +149,10 @@ class GatewayLink:
             nodes, prefixes = self.registration()
             self.tunnel.register(nodes, prefixes)
 
+    def _probing(self) -> bool:
+        lost = self._lost_at
+        return lost is not None and time.monotonic() - lost < self.settings.probe_for_s
+
     async def _run(self) -> None:
         while not self._stopping:
             started = time.monotonic()
@@ -133,14 +161,21 @@ class GatewayLink:
             except (OSError, ConnectionError, TimeoutError) as exc:
                 self.last_error = str(exc) or type(exc).__name__
                 log.warning("gateway link failed gateway=%s err=%s", self.label, self.last_error)
+                if not path_broken(exc):
+                    self._lost_at = None  # a gateway answered: ordinary backoff from here
             if self._stopping:
                 return
             if time.monotonic() - started > STABLE_AFTER_S:
                 self.attempt = 0
-            delay = backoff_delay(
-                self.attempt, self.settings.min_backoff_s, self.settings.max_backoff_s, self.rng
-            )
-            self.attempt += 1
+            if self._probing():
+                # the link was up and the path broke: probe fast (jittered) so scrapes
+                # resume within seconds of the path returning
+                delay = probe_delay(self.settings.probe_s, self.rng)
+            else:
+                delay = backoff_delay(
+                    self.attempt, self.settings.min_backoff_s, self.settings.max_backoff_s, self.rng
+                )
+                self.attempt += 1
             log.info(
                 "reconnecting gateway=%s in_s=%.2f attempt=%d", self.label, delay, self.attempt
             )
@@ -161,8 +196,12 @@ class GatewayLink:
             conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label
         )
         tunnel.on_event = self._on_event
+        connect_s = self.settings.limits.handshake_timeout_s
+        if self._probing():
+            connect_s = min(connect_s, 2 * self.settings.probe_s)
         async with asyncio.timeout(self.settings.limits.handshake_timeout_s):
-            await loop.create_connection(lambda: tunnel, self.address, self.port)
+            async with asyncio.timeout(connect_s):
+                await loop.create_connection(lambda: tunnel, self.address, self.port)
             try:
                 await tunnel.handshake
             except ConnectionError as exc:
@@ -182,9 +221,11 @@ class GatewayLink:
         self.reregister()
         if self.on_tunnel is not None:
             self.on_tunnel(self, tunnel)
+        self._lost_at = None
         try:
             closed = await tunnel.closed
         finally:
+            self._lost_at = time.monotonic()
             self.tunnel = None
             self.metrics.tunnels_connected.labels(self.label).set(0)
             self.sampler.sample(tunnel.conn.stats)

@@ -47,10 +47,23 @@ class ReconnectConfig:
         "First reconnect delay bound (exponential backoff, full jitter).", default=0.5
     )
     max_backoff_s: float = doc("Largest reconnect delay.", default=30.0)
+    probe_s: float = doc(
+        "After a tunnel was lost, while the gateway stays unreachable (connects time out, no"
+        " route): retries at most this far apart (full jitter) and each TCP connect gives up"
+        " after twice this, so scrapes resume within seconds of the path returning. A gateway"
+        " that answers (refused, handshake failed) gets the exponential backoff instead.",
+        default=1.0,
+    )
+    probe_for_s: float = doc(
+        "How long after the loss fast probing lasts before the exponential backoff.",
+        default=900.0,
+    )
 
     def __post_init__(self) -> None:
         if not 0 < self.min_backoff_s <= self.max_backoff_s:
             raise ValueError("reconnect: need 0 < min_backoff_s <= max_backoff_s")
+        if self.probe_s <= 0 or self.probe_for_s < 0:
+            raise ValueError("reconnect: need probe_s > 0 and probe_for_s >= 0")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""Many agents lose their tunnels at once and come back: recovery probes are jittered and
+the gateway's handshake rate limit holds the herd; every agent gets back in the end."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cloud_gateway.registry import Registry
+from cloud_gateway.tunnel_listener import TunnelListener
+from edge_agent.dialer import DialSettings, GatewayLink
+from raven.config.gateway import AuthorisedAgent
+from raven.metrics import TunnelMetrics
+from raven.protocol.codes import CloseCode
+from tests.helpers import KeyPair, wait_for
+from tests.tunnel_site import LIMITS
+
+pytestmark = pytest.mark.integration
+AGENTS = 30
+
+
+async def test_herd_after_mass_disconnect(tmp_path: Path, no_leaked_tasks: None) -> None:
+    gw = KeyPair(tmp_path, "gw")
+    keys = [KeyPair(tmp_path, f"a{i}") for i in range(AGENTS)]
+    registry_metrics = CollectorRegistry()
+    metrics = TunnelMetrics(registry_metrics, "agent")
+    auth = [
+        AuthorisedAgent(name=f"site-{i}", public_key=k.public_b64, nodes=[f"edge-{i}"])
+        for i, k in enumerate(keys)
+    ]
+    registry = Registry(auth, metrics)
+    # every agent comes from 127.0.0.1: one bucket of 10, refilled at 10/s, holds them all
+    listener = TunnelListener(
+        listen="127.0.0.1:0", static_private=gw.private, psk=bytes(32), limits=LIMITS,
+        registry=registry, metrics=metrics, handshake_rate_per_s=10, handshake_burst=10,
+    )  # fmt: skip
+    await listener.start()
+    assert listener.bound is not None
+    links = []
+    for i, k in enumerate(keys):
+        settings = DialSettings(
+            static_private=k.private, gateway_public=gw.public, psk=bytes(32), limits=LIMITS,
+            min_backoff_s=0.2, max_backoff_s=2.0, probe_s=1.0,
+        )  # fmt: skip
+        link = GatewayLink(
+            "127.0.0.1", listener.bound[1], settings, on_stream=_no_streams,
+            registration=lambda i=i: ([f"edge-{i}"], []), metrics=TunnelMetrics(
+                CollectorRegistry(), "gateway"), rng=random.Random(i),
+        )  # fmt: skip
+        links.append(link)
+        link.start()
+    try:
+        await wait_for(lambda: len(registry.sessions) == AGENTS, timeout_s=30)
+        limited_before = _rate_limited(registry_metrics)
+        for session in list(registry.sessions.values()):
+            session.tunnel.close(CloseCode.CONNECTION_LOST, "test: mass disconnect")
+        await wait_for(lambda: all(link.tunnel is None for link in links), timeout_s=10)
+        await wait_for(lambda: len(registry.sessions) == AGENTS, timeout_s=30)
+        # the limiter refused part of the herd, and nobody was starved
+        assert _rate_limited(registry_metrics) > limited_before
+        assert all(link.connects >= 2 for link in links)
+    finally:
+        for link in links:
+            await link.stop(graceful=False)
+        await listener.drain(0.5)
+
+
+async def _no_streams(stream: object, node: str, port: int) -> None:
+    raise AssertionError("no streams in this test")
+
+
+def _rate_limited(registry: CollectorRegistry) -> float:
+    return registry.get_sample_value("raven_handshakes_total", {"result": "rate_limited"}) or 0.0
