@@ -16,7 +16,7 @@ from raven.config.gateway import AuthorisedAgent
 from raven.metrics import TunnelMetrics
 from raven.protocol.codes import CloseCode
 from tests.helpers import KeyPair, wait_for
-from tests.tunnel_site import LIMITS
+from tests.helpers.tunnel import LIMITS
 
 pytestmark = pytest.mark.integration
 AGENTS = 30
