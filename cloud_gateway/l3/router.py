@@ -2,10 +2,10 @@
 
 - Out (TUN -> agent): longest-prefix match of the destination over the prefixes of the
   attached agents' accepted registrations; the newest port carrying a prefix wins. No
-  route: dropped, counted, ICMP "unreachable" back into the TUN (rate limited). Over
-  the MTU: IPv4 without DF is fragmented, anything else gets ICMP "too big". SYNs get
-  their MSS clamped. ``send`` returning False (the tunnel's bounded datagram queue was
-  full) is a counted drop: L3 never blocks the tunnel.
+  route: dropped, counted, ICMP "unreachable" back into the TUN (rate limited). MTU,
+  fragments, ICMP "too big" and MSS clamping: the shared `raven.transport.tun_path`.
+  ``send`` returning False (the tunnel's bounded datagram queue was full) is a counted
+  drop: L3 never blocks the tunnel.
 - In (agent -> TUN): the inner source must lie inside the prefixes that agent is
   authorised for *and* registered (cryptokey routing, as in WireGuard), else dropped
   and counted. Writes to the TUN never block either.
@@ -24,24 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry
 
-from raven.l3 import (
-    DropReason,
-    IcmpRateLimiter,
-    IPNetwork,
-    MalformedPacket,
-    PacketInfo,
-    PrefixTable,
-    build_unreachable,
-    clamp_mss,
-    fit_mtu,
-    is_tcp_syn,
-    mss_for_mtu,
-    parse_packet,
-)
-from raven.l3.gso import MAX_SUPER_PACKET_BYTES, is_gso_candidate, split_super_packet
+from raven.l3 import DropReason, IPNetwork, PacketInfo, PrefixTable, build_unreachable
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
 from raven.transport.netconfig import NetConfig
-from raven.transport.tun import TunDevice, write_packet
+from raven.transport.tun import TunDevice
+from raven.transport.tun_path import TunPath
 
 log = logging.getLogger(__name__)
 
@@ -110,20 +97,16 @@ class AgentPort:
 
     def packet_from_agent(self, packet: bytes) -> None:
         """A packet the agent sent through the tunnel: check its source, write it to TUN."""
-        router = self._router
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            router.metrics.drop(DropReason.MALFORMED)
+        path = self._router.path
+        info = path.parse(packet)
+        if info is None:
             return
         if self._accepted.lookup(info.version, info.src) is None:
-            router.metrics.drop(DropReason.SPOOFED_SOURCE)
+            path.metrics.drop(DropReason.SPOOFED_SOURCE)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("l3 spoofed source agent=%s src=%s", self.agent, info.src_address)
             return
-        if is_tcp_syn(packet, info):
-            packet = clamp_mss(packet, info, mss_for_mtu(info.version, router.mtu))
-        if router.write_tun(packet, info):
+        if path.to_tun(packet, info):
             self._rx.count(len(packet))
 
     def send(self, packet: bytes) -> bool:
@@ -158,17 +141,15 @@ class L3Router:
         icmp_burst: int = 50,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if mtu < 576:
-            raise ValueError("mtu must be at least 576")
         self.tun = tun
         self.mtu = mtu
         self.metrics = L3Metrics(registry)
+        self.path = TunPath(tun, self.metrics, mtu, icmp_rate_per_s=icmp_rate_per_s,
+                            icmp_burst=icmp_burst, clock=clock)  # fmt: skip
         self._netconfig = netconfig
         self._routes: PrefixTable[list[AgentPort]] = PrefixTable()
         self._ports: set[AgentPort] = set()
         self._send_unreachable = send_unreachable
-        self._icmp_limit = IcmpRateLimiter(icmp_rate_per_s, icmp_burst)
-        self._clock = clock
         self._running = False
 
     # -- agents ------------------------------------------------------------------
@@ -226,64 +207,19 @@ class L3Router:
 
     def write_tun(self, packet: bytes, info: PacketInfo | None = None) -> bool:
         """Write to the TUN (super-packets segmented if it has no offload); drops counted."""
-        ok = (
-            self.tun.write(packet)
-            if info is None
-            else write_packet(self.tun, packet, info, self.mtu)
-        )
-        if ok:
-            return True
-        self.metrics.drop(DropReason.TUN_WRITE_FAILED)
-        return False
+        return self.path.write_tun(packet, info)
 
     def _from_tun(self, packet: bytes) -> None:
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            self.metrics.drop(DropReason.MALFORMED)
+        info = self.path.parse(packet)
+        if info is None:
             return
         ports = self._routes.lookup(info.version, info.dst)
         if not ports:
             self.metrics.drop(DropReason.NO_ROUTE)
             if self._send_unreachable:
-                self._icmp(build_unreachable(packet, info))
+                self.path.icmp(build_unreachable(packet, info))
             return
-        port = ports[-1]
-        if info.length > self.mtu:
-            if self.tun.offload and is_gso_candidate(info):
-                self._super_packet(port, packet, info)
-            else:
-                self._too_big(port, packet, info)
-            return
-        if is_tcp_syn(packet, info):
-            packet = clamp_mss(packet, info, mss_for_mtu(info.version, self.mtu))
-        port.send(packet)
-
-    def _too_big(self, port: AgentPort, packet: bytes, info: PacketInfo) -> None:
-        verdict = fit_mtu(packet, info, self.mtu)
-        if not verdict.packets:
-            self.metrics.drop(DropReason.TOO_BIG)
-            self._icmp(verdict.reply)
-            return
-        for fragment in verdict.packets:
-            port.send(fragment)
-
-    def _super_packet(self, port: AgentPort, packet: bytes, info: PacketInfo) -> None:
-        """A TCP super-packet from the kernel's GSO: one datagram (or a few, if huge)."""
-        if info.length <= MAX_SUPER_PACKET_BYTES:
-            port.send(packet)
-            return
-        try:
-            pieces = split_super_packet(packet, info, self.mtu, MAX_SUPER_PACKET_BYTES)
-        except ValueError:
-            self.metrics.drop(DropReason.MALFORMED)
-            return
-        for piece in pieces:
-            port.send(piece)
-
-    def _icmp(self, reply: bytes | None) -> None:
-        if reply is not None and self._icmp_limit.allow(self._clock()):
-            self.write_tun(reply)
+        self.path.to_tunnel(packet, info, ports[-1].send)
 
 
 def parse_prefixes(values: Iterable[IPNetwork | str]) -> list[IPNetwork]:

@@ -7,8 +7,6 @@ into the device as their tunnels come and go.
 
 from __future__ import annotations
 
-import ipaddress
-import logging
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
@@ -17,9 +15,8 @@ from cloud_gateway.l3.router import AgentPort, L3Router, SendDatagram
 from raven.config.common import TunConfig
 from raven.l3 import IPNetwork
 from raven.transport.netconfig import NetConfig
-from raven.transport.tun import LinuxTun, TunDevice
-
-log = logging.getLogger(__name__)
+from raven.transport.tun import TunDevice
+from raven.transport.tun_setup import start_on_tun
 
 
 class GatewayL3:
@@ -52,28 +49,12 @@ async def start_gateway_l3(
     netconfig: NetConfig | None = None,
     offload: bool = True,
 ) -> GatewayL3:
-    """Open and configure the TUN device named in ``config`` and start routing.
+    """Open and configure the TUN device named in ``config`` and start routing
+    (`raven.transport.tun_setup`; ``tun``/``netconfig`` replace the device and iproute2)."""
 
-    ``tun``/``netconfig`` replace the Linux device and iproute2 (tests pass a MemoryTun
-    and a NetConfig with a fake runner).
-    """
-    device: TunDevice = (
-        tun if tun is not None else LinuxTun(config.name, offload=offload, mtu=config.mtu)
-    )
-    ip = netconfig if netconfig is not None else NetConfig()
-    try:
-        routes = [ipaddress.ip_network(r) for r in config.routes]
-        await ip.configure(device.name, config.mtu, config.addresses, routes)
+    async def start(device: TunDevice, ip: NetConfig) -> GatewayL3:
         router = L3Router(device, registry, ip, config.mtu)
         await router.start()
-    except BaseException:
-        device.close()
-        raise
-    log.info(
-        "l3 up dev=%s offload=%s mtu=%d addresses=%s",
-        device.name,
-        device.offload,
-        config.mtu,
-        config.addresses,
-    )
-    return GatewayL3(router)
+        return GatewayL3(router)
+
+    return await start_on_tun(config, start, tun=tun, netconfig=netconfig, offload=offload)

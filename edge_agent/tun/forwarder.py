@@ -1,9 +1,9 @@
 """The agent's L3 forwarder: this site's TUN device <-> the tunnels to gateway replicas.
 
 - Out (TUN -> gateway): a packet whose source is outside this site's subnets is dropped
-  (the gateway would refuse it as spoofed); over the MTU, IPv4 without DF is fragmented
-  and anything else answered with ICMP "too big" into the TUN; SYNs get their MSS
-  clamped; then the packet goes through the first live path (one per gateway replica).
+  (the gateway would refuse it as spoofed); MTU, fragments, ICMP "too big" and MSS
+  clamping are the shared `raven.transport.tun_path`; then the packet goes through the
+  first live path (one per gateway replica).
   A path whose ``send`` keeps returning False (its bounded queue stays full) is moved
   to the back after ``failover_after`` failures in a row; a removed path is gone.
   Every refused packet is a counted drop: L3 never blocks a tunnel.
@@ -20,22 +20,10 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
-from raven.l3 import (
-    DropReason,
-    IcmpRateLimiter,
-    IPNetwork,
-    MalformedPacket,
-    PacketInfo,
-    PrefixTable,
-    clamp_mss,
-    fit_mtu,
-    is_tcp_syn,
-    mss_for_mtu,
-    parse_packet,
-)
-from raven.l3.gso import MAX_SUPER_PACKET_BYTES, is_gso_candidate, split_super_packet
+from raven.l3 import DropReason, IPNetwork, PrefixTable
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
-from raven.transport.tun import TunDevice, write_packet
+from raven.transport.tun import TunDevice
+from raven.transport.tun_path import TunPath
 
 log = logging.getLogger(__name__)
 
@@ -81,21 +69,19 @@ class TunForwarder:
         icmp_burst: int = 50,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if mtu < 576:
-            raise ValueError("mtu must be at least 576")
         if failover_after <= 0:
             raise ValueError("failover_after must be positive")
         self.tun = tun
         self.mtu = mtu
         self.metrics = L3Metrics(registry)
+        self.path = TunPath(tun, self.metrics, mtu, icmp_rate_per_s=icmp_rate_per_s,
+                            icmp_burst=icmp_burst, clock=clock)  # fmt: skip
         self._subnets: PrefixTable[bool] = PrefixTable()
         for subnet in subnets:
             net = subnet if not isinstance(subnet, str) else ipaddress.ip_network(subnet)
             self._subnets.set(net, True)
         self._paths: list[PathHandle] = []
         self._failover_after = failover_after
-        self._icmp_limit = IcmpRateLimiter(icmp_rate_per_s, icmp_burst)
-        self._clock = clock
         self._tx = self.metrics.traffic(FROM_AGENT, agent)
         self._rx = self.metrics.traffic(TO_AGENT, agent)
 
@@ -126,63 +112,25 @@ class TunForwarder:
 
     def packet_from_gateway(self, packet: bytes) -> None:
         """A packet from any gateway replica: written to TUN if addressed to this site."""
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            self.metrics.drop(DropReason.MALFORMED)
+        info = self.path.parse(packet)
+        if info is None:
             return
         if self._subnets.lookup(info.version, info.dst) is None:
             self.metrics.drop(DropReason.NOT_LOCAL_DESTINATION)
             return
-        if is_tcp_syn(packet, info):
-            packet = clamp_mss(packet, info, mss_for_mtu(info.version, self.mtu))
-        if write_packet(self.tun, packet, info, self.mtu):
+        if self.path.to_tun(packet, info):
             self._rx.count(len(packet))
-        else:
-            self.metrics.drop(DropReason.TUN_WRITE_FAILED)
 
     # -- TUN -> gateway ------------------------------------------------------------
 
     def _from_tun(self, packet: bytes) -> None:
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            self.metrics.drop(DropReason.MALFORMED)
+        info = self.path.parse(packet)
+        if info is None:
             return
         if self._subnets.lookup(info.version, info.src) is None:
             self.metrics.drop(DropReason.SOURCE_NOT_LOCAL)
             return
-        if info.length > self.mtu and self.tun.offload and is_gso_candidate(info):
-            self._send_super_packet(packet, info)
-            return
-        if info.length > self.mtu:
-            verdict = fit_mtu(packet, info, self.mtu)
-            if not verdict.packets:
-                self.metrics.drop(DropReason.TOO_BIG)
-                reply = verdict.reply
-                allowed = reply is not None and self._icmp_limit.allow(self._clock())
-                if allowed and reply is not None and not self.tun.write(reply):
-                    self.metrics.drop(DropReason.TUN_WRITE_FAILED)
-                return
-            for fragment in verdict.packets:
-                self._send(fragment)
-            return
-        if is_tcp_syn(packet, info):
-            packet = clamp_mss(packet, info, mss_for_mtu(info.version, self.mtu))
-        self._send(packet)
-
-    def _send_super_packet(self, packet: bytes, info: PacketInfo) -> None:
-        """A TCP super-packet from the kernel's GSO: one datagram (or a few, if huge)."""
-        if info.length <= MAX_SUPER_PACKET_BYTES:
-            self._send(packet)
-            return
-        try:
-            pieces = split_super_packet(packet, info, self.mtu, MAX_SUPER_PACKET_BYTES)
-        except ValueError:
-            self.metrics.drop(DropReason.MALFORMED)
-            return
-        for piece in pieces:
-            self._send(piece)
+        self.path.to_tunnel(packet, info, self._send)
 
     def _send(self, packet: bytes) -> None:
         paths = self._paths

@@ -7,7 +7,6 @@ Each gateway replica's tunnel becomes one path as it comes up, and goes when it 
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Sequence
 from typing import Protocol
@@ -18,7 +17,8 @@ from edge_agent.tun.forwarder import PathHandle, TunForwarder
 from raven.config.common import TunConfig
 from raven.l3 import IPNetwork
 from raven.transport.netconfig import NetConfig
-from raven.transport.tun import LinuxTun, TunDevice
+from raven.transport.tun import TunDevice
+from raven.transport.tun_setup import start_on_tun
 
 log = logging.getLogger(__name__)
 
@@ -65,24 +65,13 @@ async def start_agent_l3(
     netconfig: NetConfig | None = None,
     offload: bool = True,
 ) -> AgentL3:
-    """Open and configure the TUN device named in ``config`` and start forwarding."""
-    device: TunDevice = (
-        tun if tun is not None else LinuxTun(config.name, offload=offload, mtu=config.mtu)
-    )
-    ip = netconfig if netconfig is not None else NetConfig()
-    try:
-        routes = [ipaddress.ip_network(r) for r in config.routes]
-        await ip.configure(device.name, config.mtu, config.addresses, routes)
+    """Open and configure the TUN device named in ``config`` and start forwarding
+    (`raven.transport.tun_setup`; ``tun``/``netconfig`` replace the device and iproute2)."""
+
+    async def start(device: TunDevice, _ip: NetConfig) -> AgentL3:
         forwarder = TunForwarder(device, registry, subnets, config.mtu, agent=agent)
         await forwarder.start()
-    except BaseException:
-        device.close()
-        raise
-    log.info(
-        "l3 up dev=%s offload=%s mtu=%d subnets=%s",
-        device.name,
-        device.offload,
-        config.mtu,
-        list(map(str, subnets)),
-    )
-    return AgentL3(forwarder)
+        log.info("l3 forwarding subnets=%s", ",".join(map(str, subnets)))
+        return AgentL3(forwarder)
+
+    return await start_on_tun(config, start, tun=tun, netconfig=netconfig, offload=offload)
