@@ -1,6 +1,8 @@
-"""X25519 keys: generation, base64 text form (like `wg genkey`), and key files.
+"""Keys as operators handle them: base64 text form (like `wg genkey`) and key files.
 
-A private key file readable by group or others is refused, like ssh does.
+The keys themselves (size, generation, public key) are the protocol's
+(`raven.protocol.constants.KEY_BYTES`, `raven.protocol.noise`). A private key file readable
+by group or others is refused, like ssh does.
 """
 
 from __future__ import annotations
@@ -11,9 +13,19 @@ import os
 import stat
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from raven.protocol.constants import KEY_BYTES
+from raven.protocol.noise import generate_keypair, public_key
 
-KEY_BYTES = 32
+__all__ = [
+    "KEY_BYTES",
+    "KeyError_",
+    "decode_key",
+    "encode_key",
+    "generate_private_key",
+    "public_key",
+    "read_private_key_file",
+    "write_private_key_file",
+]
 
 
 class KeyError_(ValueError):
@@ -21,14 +33,8 @@ class KeyError_(ValueError):
 
 
 def generate_private_key() -> bytes:
-    """32 random bytes, clamped as X25519 does."""
-    raw = X25519PrivateKey.generate().private_bytes_raw()
-    return raw
-
-
-def public_key(private: bytes) -> bytes:
-    """The X25519 public key of ``private``."""
-    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+    """A new X25519 private key (raw bytes) from the OS CSPRNG."""
+    return generate_keypair()[0]
 
 
 def encode_key(raw: bytes) -> str:

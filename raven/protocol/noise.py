@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import NOISE_MAX_MESSAGE_BYTES, TAG_BYTES
+from raven.protocol.constants import KEY_BYTES, NOISE_MAX_MESSAGE_BYTES, TAG_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
@@ -50,8 +50,8 @@ __all__ = [
     "supports",
 ]
 
-#: Size of an X25519 public key and of a DH output.
-DHLEN = 32
+#: Size of an X25519 public key and of a DH output (the spec's name for KEY_BYTES).
+DHLEN = KEY_BYTES
 #: BLAKE2s output size.
 HASHLEN = 32
 #: BLAKE2s block size (HMAC).
