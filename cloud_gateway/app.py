@@ -15,6 +15,7 @@ from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.registry import AgentSession, Registry
 from cloud_gateway.tunnel_listener import TunnelListener
 from raven.admin import AdminRequest, AdminResponse, AdminServer
+from raven.config import defaults
 from raven.config.gateway import GatewayConfig, load_gateway_config
 from raven.config.loader import ConfigError
 from raven.keys import KeyError_, decode_key, read_private_key_file
@@ -187,7 +188,7 @@ class GatewayApp:
         return AdminResponse.json(self.registry.nodes_json())
 
     def _api_targets(self, request: AdminRequest) -> AdminResponse:
-        raw = request.query.get("port", "9400")
+        raw = request.query.get("port", str(defaults.GPU_EXPORTER_PORT))
         if not raw.isdigit() or not 0 < int(raw) < 65536:
             return AdminResponse.text("port must be 1-65535\n", 400)
         return AdminResponse.json(self.registry.targets_json(int(raw)))

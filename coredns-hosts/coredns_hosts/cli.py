@@ -33,9 +33,9 @@ from coredns_hosts.sinks.configmap import DEFAULT_KEY, DEFAULT_NAME, DEFAULT_NAM
 from coredns_hosts.sources import Source
 from coredns_hosts.sources.kubernetes import DEFAULT_NODE_SELECTOR, DEFAULT_SERVICE
 from raven.admin import AdminServer
+from raven.config.defaults import HOSTS_ADMIN_PORT
 from raven.hostport import AddressError
 from raven.process_metrics import process_registry
-from raven.protocol.constants import DEFAULT_HOSTS_ADMIN_PORT
 
 log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -120,7 +120,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--admin-listen",
-        default=f"0.0.0.0:{DEFAULT_HOSTS_ADMIN_PORT}",
+        default=f"0.0.0.0:{HOSTS_ADMIN_PORT}",
         metavar="HOST:PORT",
         help="/metrics /healthz /readyz; 'off' disables",
     )

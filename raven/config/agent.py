@@ -6,14 +6,12 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
+from raven.config import defaults
 from raven.config.backfill import AgentBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
 from raven.keys import KeyError_, decode_key
-from raven.protocol import constants
 from raven.protocol.names import node_name_error
-
-DEFAULT_ALLOWED_PORTS = [9400, 9100, 10250, 10255]
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,7 @@ class GpuExporterConfig:
     """The built-in dcgm-exporter-compatible GPU exporter, run inside the agent."""
 
     enabled: bool = doc("Run the exporter in the agent process.", default=False)
-    listen: str = doc("Its listen address.", default="0.0.0.0:9400")
+    listen: str = doc("Its listen address.", default=f"0.0.0.0:{defaults.GPU_EXPORTER_PORT}")
     simulate: int = doc("Simulate this many GPUs instead of NVML (0 = real GPUs).", default=0)
     model: str = doc("Simulated GPU model.", default="NVIDIA H100 80GB HBM3")
     seed: int = doc("Seed of the simulation.", default=1)
@@ -100,7 +98,7 @@ class AgentConfig:
     )
     allowed_ports: list[int] = doc(
         "Ports the agent will connect to on served nodes.",
-        default_factory=lambda: list(DEFAULT_ALLOWED_PORTS),
+        default_factory=lambda: list(defaults.AGENT_ALLOWED_PORTS),
     )
     subnets: list[str] = doc("IP prefixes this site routes over L3.", default_factory=list)
     connect_timeout_s: float = doc("Timeout connecting to a target.", default=5.0)
@@ -111,7 +109,7 @@ class AgentConfig:
     )
     admin_listen: str = doc(
         "Admin API: /metrics, /healthz, /readyz.",
-        default=f"0.0.0.0:{constants.DEFAULT_AGENT_ADMIN_PORT}",
+        default=f"0.0.0.0:{defaults.AGENT_ADMIN_PORT}",
     )
     reconnect: ReconnectConfig = doc("Reconnect backoff.", default_factory=ReconnectConfig)
     limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)

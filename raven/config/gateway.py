@@ -6,11 +6,11 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
+from raven.config import defaults
 from raven.config.backfill import GatewayBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
 from raven.keys import KeyError_, decode_key
-from raven.protocol import constants
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,14 @@ class ProxyConfig:
 
     http_listen: str = doc(
         "HTTP proxy listener (DNS, forward-proxy, CONNECT and path modes).",
-        default=f"0.0.0.0:{constants.DEFAULT_HTTP_PROXY_PORT}",
+        default=f"0.0.0.0:{defaults.HTTP_PROXY_PORT}",
     )
     tls_listeners: list[TlsListener] = doc(
         "TLS passthrough listeners routed by SNI.",
         default_factory=lambda: [
-            TlsListener(listen=f"0.0.0.0:{constants.DEFAULT_TLS_PROXY_PORT}", target_port=10250)
+            TlsListener(
+                listen=f"0.0.0.0:{defaults.TLS_PROXY_PORT}", target_port=defaults.KUBELET_PORT
+            )
         ],
     )
     default_timeout_s: float = doc(
@@ -103,12 +105,10 @@ class GatewayConfig:
     psk_file: str | None = doc(
         "Optional file with a base64 32-byte pre-shared key (all agents).", default=None
     )
-    tunnel_listen: str = doc(
-        "Where agents connect.", default=f"0.0.0.0:{constants.DEFAULT_TUNNEL_PORT}"
-    )
+    tunnel_listen: str = doc("Where agents connect.", default=f"0.0.0.0:{defaults.TUNNEL_PORT}")
     admin_listen: str = doc(
         "Admin API: /metrics, /healthz, /readyz, /api/v1/*.",
-        default=f"0.0.0.0:{constants.DEFAULT_GATEWAY_ADMIN_PORT}",
+        default=f"0.0.0.0:{defaults.GATEWAY_ADMIN_PORT}",
     )
     agents: list[AuthorisedAgent] = doc("The authorised agents.", default_factory=list)
     proxy: ProxyConfig = doc("L7 proxy listeners.", default_factory=ProxyConfig)

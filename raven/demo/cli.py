@@ -37,16 +37,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from raven.cli import run_async
+    from raven.config.defaults import TUNNEL_PORT
     from raven.demo.runner import run_demo, workdir_default
     from raven.demo.topology import build_topology
     from raven.logs import setup_logging
-    from raven.protocol.constants import DEFAULT_TUNNEL_PORT
 
     setup_logging(args.log_level or "warning", args.log_format or "auto")
     workdir: Path = args.workdir or workdir_default()
     base_port = args.base_port
     if base_port is None and not args.check:
-        base_port = DEFAULT_TUNNEL_PORT
+        base_port = TUNNEL_PORT
     topology = build_topology(
         workdir, sites=args.sites, nodes_per_site=args.nodes_per_site,
         base_port=base_port or None,

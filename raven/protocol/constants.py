@@ -31,15 +31,3 @@ MAX_FRAME_PAYLOAD_BYTES = MAX_RECORD_PAYLOAD_BYTES - FRAME_HEADER_BYTES
 TIMESTAMP_BYTES = 12
 #: Size of an X25519 key.
 KEY_BYTES = 32
-#: Default TCP port of the tunnel listener on the cloud gateway.
-DEFAULT_TUNNEL_PORT = 10262
-#: Default TLS passthrough (SNI) listener of the cloud gateway.
-DEFAULT_TLS_PROXY_PORT = 10263
-#: Default HTTP proxy listener of the cloud gateway.
-DEFAULT_HTTP_PROXY_PORT = 10264
-#: Default admin listener (/metrics, /healthz, /readyz, /api/v1/...) of the cloud gateway.
-DEFAULT_GATEWAY_ADMIN_PORT = 10265
-#: Default admin listener of the edge agent.
-DEFAULT_AGENT_ADMIN_PORT = 10266
-#: Default admin listener of the hosts generator.
-DEFAULT_HOSTS_ADMIN_PORT = 10267
