@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raven.config.gateway import AuthorisedAgent
-from raven.keys import encode_key
+from raven.keys import encode_key, key_id
+from raven.logs import fields
 from raven.metrics import TunnelMetrics
 from raven.protocol.codes import CloseCode
 from raven.protocol.names import node_name_error, normalize_node_name
@@ -132,8 +133,10 @@ class Registry:
         self.sessions[agent.name] = session
         if old is not None and old.tunnel is not tunnel:
             log.info(
-                "tunnel replaced agent=%s old=%s new=%s", agent.name, old.tunnel.peer, tunnel.peer
-            )
+                "tunnel replaced",
+                extra=fields(site=agent.name, agent_key=key_id(agent.public_key),
+                             old_peer=old.tunnel.peer, peer=tunnel.peer),
+            )  # fmt: skip
             self._unindex(old)
             old.tunnel.close(CloseCode.REPLACED, "replaced by a newer tunnel from the same key")
         self.metrics.tunnels_connected.labels(agent.name).set(1)
@@ -157,12 +160,10 @@ class Registry:
         if refused:
             self.metrics.registrations_refused.labels(session.agent.name).inc(len(refused))
             log.warning(
-                "registration refused entries agent=%s count=%d first=%s reason=%s",
-                session.agent.name,
-                len(refused),
-                refused[0][0],
-                refused[0][1],
-            )
+                "registration refused",
+                extra=fields(site=session.agent.name, agent_key=key_id(session.agent.public_key),
+                             count=len(refused), entry=refused[0][0], reason=refused[0][1]),
+            )  # fmt: skip
         self._unindex(session)
         session.nodes = frozenset(ok_nodes)
         session.prefixes = tuple(ok_prefixes)
@@ -171,12 +172,10 @@ class Registry:
             self.node_index.setdefault(node, []).append(session.agent.name)
             self.seen_nodes.add(node)
         log.info(
-            "agent registered agent=%s nodes=%d prefixes=%d refused=%d",
-            session.agent.name,
-            len(ok_nodes),
-            len(ok_prefixes),
-            len(refused),
-        )
+            "agent registered",
+            extra=fields(site=session.agent.name, nodes=len(ok_nodes),
+                         prefixes=len(ok_prefixes), refused=len(refused)),
+        )  # fmt: skip
         self._changed()
         return ok_nodes, ok_prefixes, refused
 

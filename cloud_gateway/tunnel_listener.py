@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from cloud_gateway.registry import AgentSession, Registry
 from raven.config.gateway import AuthorisedAgent
 from raven.hostport import parse_hostport
+from raven.keys import key_id
+from raven.logs import fields
 from raven.logthrottle import LogThrottle
 from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
@@ -153,7 +155,10 @@ class TunnelListener:
         session = self.registry.add(agent, tunnel)
         self._sessions[tunnel] = session
         self._samplers[tunnel] = StatsSampler(self.metrics, agent.name)
-        log.info("tunnel up agent=%s peer=%s", agent.name, tunnel.peer)
+        log.info(
+            "tunnel up",
+            extra=fields(site=agent.name, agent_key=key_id(agent.public_key), peer=tunnel.peer),
+        )
 
     def _sample(self, tunnel: Tunnel, agent: str) -> None:
         """Move the protocol counters of ``tunnel`` into the metrics (deltas)."""
@@ -174,9 +179,8 @@ class TunnelListener:
                     log,
                     logging.WARNING,
                     f"handshake rejected {event.reason}",
-                    "handshake rejected peer=%s reason=%s",
-                    tunnel.peer,
-                    event.reason,
+                    "handshake rejected",
+                    extra=fields(peer=tunnel.peer, reason=event.reason),
                 )
             elif event.code is not CloseCode.LIMIT_EXCEEDED:
                 self.metrics.handshakes.labels("failed").inc()
@@ -184,9 +188,8 @@ class TunnelListener:
                     log,
                     logging.INFO,
                     "handshake failed",
-                    "handshake failed peer=%s reason=%s",
-                    tunnel.peer,
-                    event.reason,
+                    "handshake failed",
+                    extra=fields(peer=tunnel.peer, reason=event.reason),
                 )
             return
         self._sample(tunnel, session.agent.name)
@@ -196,11 +199,15 @@ class TunnelListener:
         for hook in self.session_hooks:
             hook(session, False)
         log.info(
-            "tunnel down agent=%s peer=%s code=%s reason=%s",
-            session.agent.name,
-            tunnel.peer,
-            event.code.label,
-            event.reason,
+            "tunnel down",
+            extra=fields(
+                site=session.agent.name,
+                agent_key=key_id(session.agent.public_key),
+                peer=tunnel.peer,
+                code=event.code.label,
+                reason=event.reason,
+                duration_s=round(time.time() - session.connected_since, 3),
+            ),
         )
 
     def sample_all(self) -> None:

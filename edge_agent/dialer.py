@@ -23,6 +23,7 @@ import dns.resolver
 
 from raven.backoff import backoff_delay
 from raven.hostport import parse_hostport
+from raven.logs import fields
 from raven.metrics import StatsSampler, TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.connection import TunnelConnection
@@ -160,7 +161,9 @@ class GatewayLink:
                 await self._connect_once()
             except (OSError, ConnectionError, TimeoutError) as exc:
                 self.last_error = str(exc) or type(exc).__name__
-                log.warning("gateway link failed gateway=%s err=%s", self.label, self.last_error)
+                log.warning(
+                    "gateway link failed", extra=fields(gateway=self.label, reason=self.last_error)
+                )
                 if not path_broken(exc):
                     self._lost_at = None  # a gateway answered: ordinary backoff from here
             if self._stopping:
@@ -177,7 +180,8 @@ class GatewayLink:
                 )
                 self.attempt += 1
             log.info(
-                "reconnecting gateway=%s in_s=%.2f attempt=%d", self.label, delay, self.attempt
+                "reconnecting",
+                extra=fields(gateway=self.label, delay_s=round(delay, 2), attempt=self.attempt),
             )
             await asyncio.sleep(delay)
 
@@ -217,7 +221,7 @@ class GatewayLink:
         self.sampler = StatsSampler(self.metrics, self.label)
         self.connects += 1
         self.metrics.tunnels_connected.labels(self.label).set(1)
-        log.info("tunnel up gateway=%s", self.label)
+        log.info("tunnel up", extra=fields(gateway=self.label))
         self.reregister()
         if self.on_tunnel is not None:
             self.on_tunnel(self, tunnel)
@@ -233,7 +237,8 @@ class GatewayLink:
                 self.on_tunnel(self, None)
         self.last_error = f"{closed.code.label}: {closed.reason}"
         (log.info if self._stopping else log.warning)(
-            "tunnel down gateway=%s code=%s reason=%s", self.label, closed.code.label, closed.reason
+            "tunnel down",
+            extra=fields(gateway=self.label, code=closed.code.label, reason=closed.reason),
         )
 
     def _on_event(self, event: ev.Event) -> None:
@@ -242,10 +247,8 @@ class GatewayLink:
             self.refused = event.refused
             for entry, reason in event.refused:
                 log.error(
-                    "gateway refused registration gateway=%s entry=%s reason=%s",
-                    self.label,
-                    entry,
-                    reason,
+                    "gateway refused registration",
+                    extra=fields(gateway=self.label, node=entry, reason=reason),
                 )
             if event.refused:
                 self.metrics.registrations_refused.labels(self.label).inc(len(event.refused))

@@ -83,3 +83,10 @@ def write_private_key_file(path: str | Path, private: bytes) -> None:
         os.write(fd, (encode_key(private) + "\n").encode("ascii"))
     finally:
         os.close(fd)
+
+
+def key_id(public: bytes | str) -> str:
+    """A short, stable name for a public key in logs and status pages: the first 8 characters
+    of its base64 form (as `wg show` abbreviates keys)."""
+    text = encode_key(public) if isinstance(public, bytes) else public.strip()
+    return text[:8]

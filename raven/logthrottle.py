@@ -20,7 +20,15 @@ class LogThrottle:
         self._window_start: dict[str, float] = {}
         self._count: dict[str, int] = {}
 
-    def log(self, logger: logging.Logger, level: int, key: str, msg: str, *args: object) -> None:
+    def log(
+        self,
+        logger: logging.Logger,
+        level: int,
+        key: str,
+        msg: str,
+        *args: object,
+        extra: dict[str, object] | None = None,
+    ) -> None:
         now = self.clock()
         start = self._window_start.get(key)
         if start is None or now - start >= self.interval_s:
@@ -31,7 +39,7 @@ class LogThrottle:
                 logger.log(level, "%s: %d similar lines suppressed", key, suppressed)
         self._count[key] += 1
         if self._count[key] <= self.burst:
-            logger.log(level, msg, *args)
+            logger.log(level, msg, *args, extra=extra)
         if len(self._window_start) > 1024:  # keys are a small fixed set; stay bounded anyway
             self._window_start.clear()
             self._count.clear()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from cloud_gateway.proxy.errors import ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from raven.config.gateway import ProxyConfig
+from raven.logs import fields
 from raven.transport.stream import StreamOpener
 
 log = logging.getLogger("cloud_gateway.proxy")
@@ -57,14 +58,10 @@ class ProxyContext:
         level = logging.INFO if kind.client_fault else logging.WARNING
         log.log(
             level,
-            "proxy error reason=%s status=%d mode=%s node=%s peer=%s detail=%s",
-            kind.value,
-            kind.status,
-            mode,
-            node or "-",
-            peer,
-            exc.detail or "-",
-        )
+            "proxy error",
+            extra=fields(reason=kind.value, status=kind.status, mode=mode, node=node or None,
+                         peer=peer, detail=exc.detail or None),
+        )  # fmt: skip
 
 
 def peer_name(writer: asyncio.StreamWriter) -> str:

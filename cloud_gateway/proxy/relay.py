@@ -13,6 +13,7 @@ import logging
 from cloud_gateway.proxy.context import READ_BYTES, ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind
 from cloud_gateway.proxy.target import Target
+from raven.logs import fields
 from raven.protocol.codes import StreamCode
 from raven.transport.pump import PumpEnd, PumpResult, pump
 from raven.transport.stream import ByteStream, StreamResetError
@@ -50,9 +51,7 @@ async def relay(
     if isinstance(failed, StreamResetError):
         ctx.metrics.error(ErrorKind.TARGET_RESET)
         log.info(
-            "relay reset mode=%s node=%s peer=%s code=%s",
-            target.mode.value,
-            target.node,
-            peer,
-            failed.code.label,
-        )
+            "relay reset",
+            extra=fields(mode=target.mode.value, node=target.node, peer=peer,
+                         reason=failed.code.label),
+        )  # fmt: skip
