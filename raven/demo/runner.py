@@ -20,7 +20,7 @@ import aiohttp
 from cloud_gateway.app import GatewayApp
 from edge_agent.app import AgentApp
 from gpu_exporter.embed import start_embedded_exporter
-from raven.demo.topology import GPU_PORT, DemoNode, Topology
+from raven.demo.topology import DemoNode, Topology
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class Demo:
     async def _scrape_http(self, node: DemoNode, mode: str) -> tuple[int, str]:
         assert self.session is not None
         gw = f"http://{self.topology.host}:{self.proxy_port}"
-        target = f"{node.name}:{GPU_PORT}"
+        target = f"{node.name}:{node.port}"
         if mode == "dns":  # what Prometheus sends once DNS points the name at the gateway
             req = self.session.get(f"{gw}/metrics", headers={"Host": target})
         elif mode == "proxy":  # proxy_url: absolute-form request line
@@ -156,7 +156,7 @@ class Demo:
             return resp.status, await resp.text()
 
     async def _scrape_connect(self, node: DemoNode) -> tuple[int, str]:
-        target = f"{node.name}:{GPU_PORT}"
+        target = f"{node.name}:{node.port}"
         reader, writer = await asyncio.open_connection(self.topology.host, self.proxy_port)
         try:
             writer.write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
@@ -176,7 +176,7 @@ class Demo:
 
     async def http_sd_targets(self) -> set[str]:
         assert self.session is not None
-        url = f"http://{self.topology.host}:{self.admin_port}/api/v1/targets?port={GPU_PORT}"
+        url = f"http://{self.topology.host}:{self.admin_port}/api/v1/targets?port={self.topology.gpu_port}"
         async with self.session.get(url) as resp:
             groups = await resp.json()
         return {t for g in groups for t in g["targets"]}
@@ -206,7 +206,7 @@ async def run_check(demo: Demo) -> int:
         mark = "ok  " if r.ok else "FAIL"
         print(f"{mark} {r.node:<16} {r.mode:<8} {r.seconds * 1000:7.1f} ms  {r.detail}")
         failures += 0 if r.ok else 1
-    expected = {f"{n.name}:{GPU_PORT}" for n in demo.topology.nodes}
+    expected = {f"{n.name}:{n.port}" for n in demo.topology.nodes}
     sd = await demo.http_sd_targets()
     sd_ok = sd == expected
     print(f"{'ok  ' if sd_ok else 'FAIL'} http_sd lists {len(sd)} of {len(expected)} targets")

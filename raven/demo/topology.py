@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,13 @@ class DemoNode:
     site: str
     name: str
     address: str  # a loopback address of its own, so every node listens on :9400
+    port: int = 9400
 
     @property
     def exporter(self) -> GpuExporterConfig:
         return GpuExporterConfig(
             enabled=True,
-            listen=f"{self.address}:{GPU_PORT}",
+            listen=f"{self.address}:{self.port}",
             simulate=2,
             model="H100",
             seed=sum(self.name.encode()),
@@ -41,6 +43,7 @@ class Topology:
     nodes: list[DemoNode]
     host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=dict)
+    gpu_port: int = GPU_PORT
 
     @property
     def sites(self) -> list[str]:
@@ -78,6 +81,7 @@ class Topology:
             "gateway_public_key": gw_pub,
             "nodes": {n.name: n.address for n in self.nodes if n.site == site},
             "admin_listen": f"{self.host}:0",
+            "allowed_ports": sorted({self.gpu_port, 9100}),
             "reconnect": {"min_backoff_s": 0.2, "max_backoff_s": 5.0},
             "limits": FAST_LIMITS,
         }
@@ -95,13 +99,27 @@ def build_topology(
     keys.write_private_key_file(gw_key, keys.generate_private_key())
     agent_keys: dict[str, Path] = {}
     nodes: list[DemoNode] = []
+    gpu_port = gpu_port_for("127.0.10.1")
     for s in range(sites):
         site = f"site-{chr(ord('a') + s)}"
         agent_keys[site] = workdir / f"{site}.key"
         keys.write_private_key_file(agent_keys[site], keys.generate_private_key())
         for i in range(1, nodes_per_site + 1):
-            nodes.append(DemoNode(site, f"{site}-gpu-{i}", f"127.0.{10 * (s + 1)}.{i}"))
+            nodes.append(DemoNode(site, f"{site}-gpu-{i}", f"127.0.{10 * (s + 1)}.{i}", gpu_port))
     ports = {}
     if base_port is not None:
         ports = {"tunnel": base_port, "proxy": base_port + 2, "admin": base_port + 3}
-    return Topology(workdir, gw_key, agent_keys, nodes, ports=ports)
+    return Topology(workdir, gw_key, agent_keys, nodes, ports=ports, gpu_port=gpu_port)
+
+
+def gpu_port_for(address: str) -> int:
+    """9400 (dcgm-exporter's port) when it is free on the demo's loopback addresses, else a free
+    port: a real dcgm-exporter on 0.0.0.0:9400 must not stop the demo."""
+    for port in (GPU_PORT, 0):
+        with socket.socket() as s:
+            try:
+                s.bind((address, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError(f"demo: no free port on {address}")

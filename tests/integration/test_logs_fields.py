@@ -60,9 +60,8 @@ def test_log_format_flag_gives_json_lines(tmp_path: Path) -> None:
             lines.append(json.loads(line))
             if lines[-1]["msg"].startswith("gateway ready"):
                 break
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert lines and lines[-1]["msg"].startswith("gateway ready"), lines
     assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
