@@ -4,6 +4,9 @@
   a task the test (or its fixtures) started and did not finish by the end of teardown fails it.
 - In CI (``RAVEN_REQUIRE_E2E=1``) a skipped test fails the run, whatever skipped it: a missing
   tool, a missing privilege or a missing file must never turn into a silent pass.
+- Property and fuzz tests (hypothesis) take their budget from a settings profile, never from
+  the test: ``ci`` (the default, bounded) or ``fuzz`` (long runs: ``HYPOTHESIS_PROFILE=fuzz`` or
+  ``pytest --hypothesis-profile=fuzz``). See tests/README.md.
 """
 
 from __future__ import annotations
@@ -13,9 +16,22 @@ import os
 from collections.abc import AsyncIterator, Generator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from pytest_asyncio import is_async_test
 
 REQUIRE_ENV = "RAVEN_REQUIRE_E2E"
+
+# No deadline: a loaded CI machine must not turn a slow example into a failure (timings are not
+# asserted anywhere). Failures print the blob that replays them (@reproduce_failure).
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile("fuzz", parent=settings.get_profile("ci"), max_examples=20_000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 #: Turns of the loop a closing transport or a cancelled task gets before it counts as leaked.
 LEAK_GRACE_TURNS = 50
 LEAK_GRACE_STEP_S = 0.01

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode, StreamCode
@@ -386,7 +386,6 @@ def test_one_byte_at_a_time() -> None:
     assert events(agent) == expected
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400), st.integers(1, 50), st.booleans())
 def test_fuzz_gateway_receive_data_never_raises(data: bytes, step: int, magic: bool) -> None:
     gateway = make_gateway()
@@ -398,7 +397,6 @@ def test_fuzz_gateway_receive_data_never_raises(data: bytes, step: int, magic: b
         assert isinstance(event, ConnectionTerminated)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fuzz_agent_receive_data_never_raises(data: st.DataObject) -> None:
     agent, wire = _session()

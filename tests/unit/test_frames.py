@@ -6,7 +6,7 @@ import contextlib
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode, StreamCode
@@ -228,7 +228,6 @@ def test_register_result_chunked_with_refusals() -> None:
 # --------------------------------------------------------------------------- fuzz
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=600))
 def test_fuzz_any_bytes_parse_or_remote_error(data: bytes) -> None:
     try:
@@ -240,7 +239,6 @@ def test_fuzz_any_bytes_parse_or_remote_error(data: bytes) -> None:
     assert again == frames
 
 
-@settings(max_examples=400, deadline=None)
 @given(
     st.integers(0, 14),
     st.integers(0, 3),
@@ -255,7 +253,6 @@ def test_fuzz_valid_headers_random_bodies(
         parse_frames(wire)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.integers(0, len(SAMPLES) - 1), st.data())
 def test_fuzz_mutated_valid_frames(index: int, data: st.DataObject) -> None:
     wire = bytearray(b"".join(encode_frame(f) for f in SAMPLES[index:]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode
@@ -259,7 +259,6 @@ def test_tai64n_round_trip_and_order() -> None:
         parse_tai64n(b"short")
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_as_initiation_rejected_cleanly(data: bytes) -> None:
     guard = ReplayGuard()
@@ -268,7 +267,6 @@ def test_any_bytes_as_initiation_rejected_cleanly(data: bytes) -> None:
     assert len(guard) == 0
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(0, INITIATION_BYTES - 1), st.integers(1, 255))
 def test_any_single_byte_flip_rejected(position: int, mask: int) -> None:
     _, msg1 = initiate()

@@ -13,7 +13,7 @@ from coredns_hosts.render import render
 from coredns_hosts.sources.kubernetes import _service_addresses
 from coredns_hosts.sources.registry import RegistryError, parse_registry_nodes
 from coredns_hosts.sources.static import parse_static
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.kube.objects import KubeObjectError, node_name, resource_version, service_cluster_ips
@@ -168,7 +168,6 @@ yaml_docs = st.one_of(
 )
 
 
-@settings(max_examples=200)
 @given(yaml_docs)
 def test_static_fuzz(text: str) -> None:
     try:

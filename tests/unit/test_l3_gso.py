@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -80,7 +80,6 @@ def test_segment_tcp_leaves_small_packets_and_refuses_others() -> None:
         segment_tcp(small, parse_packet(small), 0)
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 6000), st.integers(64, 1500), st.booleans())
 def test_segment_tcp_fuzz(size: int, mss: int, v6: bool) -> None:
     src, dst = (A6, B6) if v6 else (A4, B4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.l3 import clamp_mss, fit_mtu, fragment_ipv4, mss_for_mtu, parse_packet
@@ -72,7 +72,6 @@ def test_leaves_alone() -> None:
     assert clamp_mss(udp, parse_packet(udp), 1340) is udp
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=40), st.integers(536, 9000))
 def test_fuzz_options_never_break(options: bytes, max_mss: int) -> None:
     syn = tcp_packet(A4, B4, 1, 2, flags=TCP_SYN, options=options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.l3 import MalformedPacket, is_tcp_syn, parse_packet
@@ -104,7 +104,6 @@ def test_every_truncation_is_refused(pkt: bytes) -> None:
     assert parse_packet(pkt).length == len(pkt)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_fuzz_any_bytes_parse_or_malformed(data: bytes) -> None:
     try:
@@ -116,7 +115,6 @@ def test_fuzz_any_bytes_parse_or_malformed(data: bytes) -> None:
     is_tcp_syn(data, info)
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(
         [
@@ -139,7 +137,6 @@ def test_fuzz_mutated_packets(base: bytes, flips: list[tuple[int, int]]) -> None
     assert info.l4_offset <= info.length == len(data)
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300), st.integers(0, 0xFFFF))
 def test_ones_sum_matches_rfc1071(data: bytes, initial: int) -> None:
     expected = oracle_sum(data) + initial

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.l3 import IPNetwork, PrefixTable
@@ -69,7 +69,6 @@ v6_prefix = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.one_of(v4_prefix, v6_prefix), max_size=25),
     st.lists(st.integers(0, 24), max_size=8),

@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -283,7 +283,6 @@ async def test_gateway_setup_closes_tun_when_configuration_fails() -> None:
     assert tun.closed
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=120), st.sampled_from([4, 6]))
 def test_fuzz_garbage_is_counted_never_raised(data: bytes, version: int) -> None:
     reg = CollectorRegistry()

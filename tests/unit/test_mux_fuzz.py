@@ -7,7 +7,7 @@ import contextlib
 import random
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.codes import StreamCode
@@ -37,7 +37,6 @@ from tests.unit.test_mux import LIMITS, Pair, events
 # --------------------------------------------------------------------------- fuzz
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=200), max_size=5))
 def test_fuzz_receive_payload_raw(payloads: list[bytes]) -> None:
     mux = Multiplexer(initiator=True, limits=LIMITS, now=0.0)
@@ -63,7 +62,6 @@ _frames = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(_frames, min_size=1, max_size=6), max_size=6))
 def test_fuzz_receive_payload_well_formed_frames(records: list[list[Frame]]) -> None:
     """Valid frames in any order: the mux keeps its invariants or raises RemoteProtocolError."""
@@ -192,7 +190,6 @@ class _Model:
 OPS = ["open", "answer", "send", "send", "end", "reset", "consume", "consume", "flush", "flush"]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.tuples(st.sampled_from(OPS), st.sampled_from(["agent", "gateway"])), max_size=80),
     st.integers(0, 2**32),

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode
@@ -254,7 +254,6 @@ def test_public_key_and_low_order_point() -> None:
         initiator.read_message(bytes(32) + bytes(16))
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.sampled_from(["NN", "XX", "IK", "IKpsk2", "KK", "NK"]), st.binary(max_size=200))
 def test_read_message_any_bytes_parses_or_remote_error(pattern: str, data: bytes) -> None:
     _, responder = _pair(pattern, (PSK_A,) * pattern.count("psk"))
@@ -269,7 +268,6 @@ def test_read_message_any_bytes_parses_or_remote_error(pattern: str, data: bytes
         assert responder.is_my_turn
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.sampled_from(["NN", "XX", "IK", "IKpsk2"]), st.binary(max_size=200))
 def test_second_message_any_bytes_parses_or_remote_error(pattern: str, data: bytes) -> None:
     initiator, responder = _pair(pattern, (PSK_A,) * pattern.count("psk"))

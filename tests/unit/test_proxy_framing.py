@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError
@@ -57,7 +57,6 @@ def test_chunked_body_with_extensions_and_trailers() -> None:
     assert framer.done
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     parts=st.lists(st.binary(min_size=0, max_size=300), max_size=8),
     step=st.integers(1, 97),
@@ -123,7 +122,6 @@ def test_framer_for_and_last_chunk() -> None:
     assert framer.feed(rechunked) == len(rechunked) and framer.done
 
 
-@settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=500), step=st.integers(1, 50))
 def test_fuzz_chunked_only_raises_its_own_error(data: bytes, step: int) -> None:
     framer = ChunkedFramer()

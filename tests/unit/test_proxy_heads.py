@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError
@@ -241,14 +241,12 @@ _HEADISH = st.lists(
 ).map(b"".join)
 
 
-@settings(max_examples=300, deadline=None)
 @given(data=st.one_of(st.binary(max_size=600), _HEADISH), step=st.integers(1, 64))
 def test_fuzz_request_side_parses_or_raises_its_own_error(data: bytes, step: int) -> None:
     with contextlib.suppress(HttpParseError):
         _drive_reader(data, step)
 
 
-@settings(max_examples=300, deadline=None)
 @given(data=st.one_of(st.binary(max_size=400), _HEADISH))
 def test_fuzz_response_parser(data: bytes) -> None:
     try:

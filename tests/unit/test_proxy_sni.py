@@ -6,7 +6,7 @@ import contextlib
 import ssl
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from cloud_gateway.proxy.errors import ClientHelloError
@@ -84,7 +84,6 @@ def test_alert_record() -> None:
     assert tls_alert(112) == b"\x15\x03\x03\x00\x02\x02\x70"
 
 
-@settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=400))
 def test_fuzz_random_bytes(data: bytes) -> None:
     with contextlib.suppress(ClientHelloError):
@@ -94,7 +93,6 @@ def test_fuzz_random_bytes(data: bytes) -> None:
 _HELLO = client_hello("edge-1")
 
 
-@settings(max_examples=300, deadline=None)
 @given(pos=st.integers(0, len(_HELLO) - 1), value=st.integers(0, 255), cut=st.integers(1, 600))
 def test_fuzz_mutated_client_hello(pos: int, value: int, cut: int) -> None:
     data = bytearray(_HELLO)

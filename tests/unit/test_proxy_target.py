@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
@@ -126,7 +126,6 @@ def test_response_rewrite() -> None:
     )
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     target=st.text(
         alphabet=st.sampled_from("abcz019-.:/[]@?%*") | st.characters(max_codepoint=0x7E),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.ratelimit import RateLimiter
@@ -71,7 +71,6 @@ def test_invalid_arguments(kwargs: dict[str, float]) -> None:
         RateLimiter(**kwargs)  # type: ignore[arg-type]
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(["a", "b", "c"]), st.floats(0.0, 0.5)), min_size=1, max_size=60

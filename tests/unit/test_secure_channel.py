@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode
@@ -415,20 +415,17 @@ def _feed_responder(chunks: list[bytes]) -> SecureChannel:
     return gateway
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=200), max_size=5))
 def test_fuzz_responder_any_bytes(chunks: list[bytes]) -> None:
     _feed_responder(chunks)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300), st.integers(1, 40))
 def test_fuzz_responder_after_magic(data: bytes, step: int) -> None:
     wire = MAGIC + data
     _feed_responder([wire[i : i + step] for i in range(0, len(wire), step)])
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.integers(0, len(_VALID_START)), st.binary(max_size=150))
 def test_fuzz_responder_valid_prefix_then_garbage(cut: int, data: bytes) -> None:
     gateway = _feed_responder([_VALID_START[:cut] + data])
@@ -437,7 +434,6 @@ def test_fuzz_responder_valid_prefix_then_garbage(cut: int, data: bytes) -> None
         assert (_VALID_START[:cut] + data).startswith(_VALID_START)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=120), max_size=4))
 def test_fuzz_established_channel_any_bytes(chunks: list[bytes]) -> None:
     agent, gateway = make_pair()
@@ -449,7 +445,6 @@ def test_fuzz_established_channel_any_bytes(chunks: list[bytes]) -> None:
         assert gateway.state is ChannelState.FAILED
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=100))
 def test_fuzz_initiator_any_response(data: bytes) -> None:
     agent, _ = make_pair()
