@@ -7,6 +7,7 @@ to the agent and counted.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import ipaddress
 import logging
@@ -24,6 +25,10 @@ from raven.transport.stream import OpenFailure, StreamOpenError
 from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
+
+#: Registration entries validated per event-loop turn: a large (or hostile) registration
+#: never holds the loop that serves every other site for more than a few milliseconds.
+CHECK_ENTRIES_PER_TURN = 512
 
 #: Open failures after which the next agent serving the same node is tried.
 _TRY_NEXT = {OpenFailure.BUSY, OpenFailure.DRAINING, OpenFailure.TUNNEL_CLOSED}
@@ -86,6 +91,27 @@ def check_registration(
             ok_prefixes.append(str(net))
         else:
             refused.append((raw, "prefix not authorised for this agent key"))
+    return ok_nodes, ok_prefixes, refused
+
+
+async def check_registration_bounded(
+    agent: AuthorisedAgent, nodes: tuple[str, ...], prefixes: tuple[str, ...]
+) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """:func:`check_registration`, at most CHECK_ENTRIES_PER_TURN entries per loop turn."""
+    ok_nodes: list[str] = []
+    ok_prefixes: list[str] = []
+    refused: list[tuple[str, str]] = []
+    step = CHECK_ENTRIES_PER_TURN
+    for start in range(0, len(nodes), step):
+        n, _, r = check_registration(agent, nodes[start : start + step], ())
+        ok_nodes += n
+        refused += r
+        await asyncio.sleep(0)
+    for start in range(0, len(prefixes), step):
+        _, p, r = check_registration(agent, (), prefixes[start : start + step])
+        ok_prefixes += p
+        refused += r
+        await asyncio.sleep(0)
     return ok_nodes, ok_prefixes, refused
 
 
@@ -153,10 +179,14 @@ class Registry:
         self._changed()
 
     def registered(
-        self, session: AgentSession, nodes: tuple[str, ...], prefixes: tuple[str, ...]
-    ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-        """Apply a registration (replacing the earlier one) and return the answer."""
-        ok_nodes, ok_prefixes, refused = check_registration(session.agent, nodes, prefixes)
+        self,
+        session: AgentSession,
+        ok_nodes: list[str],
+        ok_prefixes: list[str],
+        refused: list[tuple[str, str]],
+    ) -> None:
+        """Apply a checked registration (:func:`check_registration_bounded`), replacing
+        the earlier one."""
         if refused:
             self.metrics.registrations_refused.labels(session.agent.name).inc(len(refused))
             log.warning(
@@ -177,7 +207,6 @@ class Registry:
                          prefixes=len(ok_prefixes), refused=len(refused)),
         )  # fmt: skip
         self._changed()
-        return ok_nodes, ok_prefixes, refused
 
     def _unindex(self, session: AgentSession) -> None:
         for node in session.nodes:

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from cloud_gateway.registry import AgentSession, Registry
+from cloud_gateway.registry import AgentSession, Registry, check_registration_bounded
 from raven.config.gateway import AuthorisedAgent
 from raven.hostport import parse_hostport
 from raven.keys import key_id
@@ -64,6 +64,8 @@ class TunnelListener:
         self.bound: tuple[str, int] | None = None
         self._sessions: dict[Tunnel, AgentSession] = {}
         self._samplers: dict[Tunnel, StatsSampler] = {}
+        #: the registration being checked per tunnel (a newer one replaces it)
+        self._checks: dict[Tunnel, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -124,12 +126,7 @@ class TunnelListener:
         elif isinstance(event, ev.RegistrationReceived):
             session = self._sessions.get(tunnel)
             if session is not None:
-                nodes, prefixes, refused = self.registry.registered(
-                    session, event.nodes, event.prefixes
-                )
-                tunnel.answer_registration(nodes, prefixes, refused)
-                for hook in self.session_hooks:
-                    hook(session, True)
+                self._check_registration(tunnel, session, event)
         elif isinstance(event, ev.DatagramReceived):
             sink = self.datagram_sinks.get(tunnel)
             if sink is not None:
@@ -144,6 +141,41 @@ class TunnelListener:
             self.metrics.stream_resets.labels(event.code.label).inc()
         elif isinstance(event, ev.ConnectionTerminated):
             self._on_closed(tunnel, event)
+
+    def _check_registration(
+        self, tunnel: Tunnel, session: AgentSession, event: ev.RegistrationReceived
+    ) -> None:
+        """Check the registration off the current loop turn, a bounded slice per turn;
+        a newer registration from the same tunnel cancels an unfinished check."""
+        pending = self._checks.pop(tunnel, None)
+        if pending is not None:
+            pending.cancel()
+        task = asyncio.get_running_loop().create_task(
+            self._register(tunnel, session, event.nodes, event.prefixes)
+        )
+        self._checks[tunnel] = task
+        task.add_done_callback(lambda done: self._check_done(tunnel, done))
+
+    def _check_done(self, tunnel: Tunnel, task: asyncio.Task[None]) -> None:
+        if self._checks.get(tunnel) is task:
+            del self._checks[tunnel]
+
+    async def _register(
+        self,
+        tunnel: Tunnel,
+        session: AgentSession,
+        nodes: tuple[str, ...],
+        prefixes: tuple[str, ...],
+    ) -> None:
+        ok_nodes, ok_prefixes, refused = await check_registration_bounded(
+            session.agent, nodes, prefixes
+        )
+        if tunnel.closed.done():
+            return
+        self.registry.registered(session, ok_nodes, ok_prefixes, refused)
+        tunnel.answer_registration(ok_nodes, ok_prefixes, refused)
+        for hook in self.session_hooks:
+            hook(session, True)
 
     def _on_handshake(self, tunnel: Tunnel, remote_static: bytes) -> None:
         agent: AuthorisedAgent | None = self.registry.agent_for_key(remote_static)
@@ -170,6 +202,9 @@ class TunnelListener:
     def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
         self.tunnels.discard(tunnel)
         self.datagram_sinks.pop(tunnel, None)
+        check = self._checks.pop(tunnel, None)
+        if check is not None:
+            check.cancel()
         session = self._sessions.pop(tunnel, None)
         if session is None:
             # never authenticated: one line, a metric, no answer was given

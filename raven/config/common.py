@@ -76,6 +76,24 @@ class LimitsConfig:
     drain_timeout_s: float = doc(
         "On shutdown, open streams get this long to finish.", default=_DEFAULTS.drain_timeout_s
     )
+    max_registration_entries: int = doc(
+        "Node names and prefixes one registration may carry; beyond it the tunnel is closed.",
+        default=_DEFAULTS.max_registration_entries,
+    )
+    max_control_frames_per_s: float = doc(
+        "Control work the peer may cause per second: each frame other than data, datagram and "
+        "credit, and each registration entry, counts one; beyond it the tunnel is closed.",
+        default=_DEFAULTS.max_control_frames_per_s,
+    )
+    max_control_bytes_per_s: float = doc(
+        "Bytes of those control frames the peer may send per second; beyond it the tunnel "
+        "is closed.",
+        default=_DEFAULTS.max_control_bytes_per_s,
+    )
+    control_burst_s: float = doc(
+        "Both control budgets hold this many seconds' worth (the burst a peer may spend at once).",
+        default=_DEFAULTS.control_burst_s,
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -42,7 +42,18 @@ class Limits:
     rekey_after_records: int = 1 << 24
     #: ...or after this many seconds, whichever comes first.
     rekey_after_s: float = 120.0
-    #: Node names and subnets one registration may carry; beyond it the tunnel closes.
-    max_registration_entries: int = 65536
+    #: Node names and subnets one registration may carry; beyond it the tunnel closes
+    #: (LIMIT_EXCEEDED). Sized for a large site (thousands of nodes) with room to spare.
+    max_registration_entries: int = 16384
+    #: Control work the peer may cause, per second: every frame other than DATA,
+    #: DATAGRAM and CREDIT counts one, and every entry of a REGISTER / REGISTER_RESULT
+    #: counts one (each is validated). Beyond the budget the tunnel is closed
+    #: (LIMIT_EXCEEDED, "control budget exceeded").
+    max_control_frames_per_s: float = 20000.0
+    #: ... and bytes of those frames per second.
+    max_control_bytes_per_s: float = 2 * 1024 * 1024
+    #: Both control budgets hold this many seconds' worth (the burst a peer may spend
+    #: at once, e.g. its first full registration).
+    control_burst_s: float = 2.0
     #: After GOAWAY, open streams get this long to finish before they are reset.
     drain_timeout_s: float = 30.0

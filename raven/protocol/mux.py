@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES
+from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
@@ -63,6 +63,7 @@ from raven.protocol.frames import (
 )
 from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, next_tunnel_state
 from raven.protocol.limits import Limits
+from raven.protocol.ratelimit import Budget
 from raven.protocol.scheduler import Scheduler, TunnelStats
 from raven.protocol.streams import (
     RECEIVING_STATES,
@@ -74,8 +75,11 @@ from raven.protocol.streams import (
 
 __all__ = ["Multiplexer", "TunnelStats"]
 
-#: Control bytes the peer may make us queue (PONGs, refusals) before it must read them.
+#: Control bytes the peer may make us queue (PONGs, refusals, registration answers)
+#: before it must read them; beyond it the tunnel is closed (LIMIT_EXCEEDED).
 MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
+#: Wire size of a CREDIT frame (not charged to the control budget: it follows data).
+_CREDIT_FRAME_BYTES = FRAME_HEADER_BYTES + 4
 #: PINGs awaiting their PONG that we remember (for RTT).
 _MAX_PINGS_IN_FLIGHT = 4
 
@@ -110,6 +114,11 @@ class Multiplexer:
         self._ping_counter = 0
         self._rtt_s: float | None = None
         self._reg: tuple[list[str], list[str], list[tuple[str, str]]] = ([], [], [])
+        burst = limits.control_burst_s
+        rate = limits.max_control_frames_per_s
+        self._frame_budget = Budget(rate_per_s=rate, capacity=rate * burst, now=now)
+        rate = limits.max_control_bytes_per_s
+        self._byte_budget = Budget(rate_per_s=rate, capacity=rate * burst, now=now)
 
     # ------------------------------------------------------------------ properties
 
@@ -199,8 +208,8 @@ class Multiplexer:
             raise LocalProtocolError("refuse_stream needs a code other than OK")
         stream = self._stream(stream_id)
         stream.apply(_I.SEND_REFUSE)
-        self._queue_control(encode_frame(OpenResultFrame(stream_id, code, reason)))
         self._forget(stream)
+        self._queue_peer_induced([encode_frame(OpenResultFrame(stream_id, code, reason))])
 
     def send_capacity(self, stream_id: int) -> int:
         """Bytes ``send_stream_data`` accepts now (0 for an unknown or finished stream)."""
@@ -309,8 +318,7 @@ class Multiplexer:
         frames = encode_register_result(
             accepted_nodes, accepted_prefixes, refused, self._chunk_bytes
         )
-        for frame in frames:
-            self._queue_control(frame)
+        self._queue_peer_induced(frames)
 
     # ------------------------------------------------------------------ tunnel lifecycle
 
@@ -395,12 +403,15 @@ class Multiplexer:
     def _queue_control(self, frame: bytes) -> None:
         self._out.queue_control(frame)
 
-    def _queue_peer_induced(self, frame: bytes) -> None:
+    def _queue_peer_induced(self, frames: Iterable[bytes]) -> None:
+        """Queue replies the peer asked for; a peer that does not read them while it
+        keeps asking gets the tunnel closed (the queue holds one whole answer at most
+        beyond the cap: a large registration's answer is never cut)."""
         if self._out.control_bytes > MAX_PEER_INDUCED_CONTROL_BYTES:
-            raise RemoteProtocolError(
-                "peer makes us queue too many control frames", CloseCode.LIMIT_EXCEEDED
-            )
-        self._out.queue_control(frame)
+            self.close(CloseCode.LIMIT_EXCEEDED, "peer makes us queue too many control frames")
+            return
+        for frame in frames:
+            self._out.queue_control(frame)
 
     def next_payload(self) -> bytes | None:
         """The frames payload of the next record (at most MAX_RECORD_PAYLOAD_BYTES), or None."""
@@ -424,7 +435,12 @@ class Multiplexer:
         self._move(TunnelInput.RECV_FRAMES)
         self._last_received = now
         received = self.stats.frames_received
-        for frame in parse_frames(payload):
+        frames = parse_frames(payload)
+        if (len(frames) != 1 or type(frames[0]) is not DataFrame) and not self._charge(
+            frames, len(payload), now
+        ):
+            return
+        for frame in frames:
             if self.closed:
                 return
             if type(frame) is DataFrame:
@@ -434,6 +450,35 @@ class Multiplexer:
             label = frame.TYPE.label
             received[label] = received.get(label, 0) + 1
             self._on_control(frame, now)
+
+    def _charge(self, frames: list[Frame], size: int, now: float) -> bool:
+        """Charge one payload's control work to the peer's budgets (see Limits); past
+        them the tunnel is closed before any of the payload is acted on."""
+        ops = 0
+        free = 0
+        for frame in frames:
+            if isinstance(frame, DataFrame | DatagramFrame):
+                free += FRAME_HEADER_BYTES + len(frame.data)
+            elif isinstance(frame, CreditFrame):
+                free += _CREDIT_FRAME_BYTES
+            elif isinstance(frame, RegisterFrame):
+                ops += 1 + len(frame.nodes) + len(frame.prefixes)
+            elif isinstance(frame, RegisterResultFrame):
+                ops += 1 + len(frame.accepted_nodes) + len(frame.accepted_prefixes)
+                ops += len(frame.refused)
+            else:
+                ops += 1
+        if not ops:
+            return True
+        if not self._frame_budget.spend(ops, now):
+            budget = f"{self._limits.max_control_frames_per_s:g} frames/s"
+        elif not self._byte_budget.spend(size - free, now):
+            budget = f"{self._limits.max_control_bytes_per_s:g} bytes/s"
+        else:
+            return True
+        self.stats.control_budget_exceeded += 1
+        self.close(CloseCode.LIMIT_EXCEEDED, f"control budget exceeded ({budget})")
+        return False
 
     def _peer_stream(self, stream_id: int) -> Stream | None:
         """The stream a peer frame names; None for one that finished (late frames are
@@ -476,7 +521,7 @@ class Multiplexer:
             self.stats.datagrams_received += 1
             self._events.append(DatagramReceived(frame.data))
         elif isinstance(frame, PingFrame):
-            self._queue_peer_induced(encode_frame(PongFrame(frame.opaque)))
+            self._queue_peer_induced([encode_frame(PongFrame(frame.opaque))])
         elif isinstance(frame, PongFrame):
             sent_at = self._pings.pop(frame.opaque, None)
             if sent_at is not None:
@@ -507,7 +552,7 @@ class Multiplexer:
         elif self._buffered >= limits.max_tunnel_buffered_bytes:
             code, reason = StreamCode.BUSY, "too much data buffered on the tunnel"
         if code is not StreamCode.OK:
-            self._queue_peer_induced(encode_frame(OpenResultFrame(stream_id, code, reason)))
+            self._queue_peer_induced([encode_frame(OpenResultFrame(stream_id, code, reason))])
             return
         stream = Stream(stream_id, limits.stream_window_bytes)
         stream.apply(_I.RECV_OPEN)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from itertools import islice
 
-__all__ = ["RateLimiter"]
+__all__ = ["Budget", "RateLimiter"]
 
 
 class RateLimiter:
@@ -68,3 +68,27 @@ class RateLimiter:
     def __len__(self) -> int:
         """Buckets currently tracked (at most ``max_keys``)."""
         return len(self._buckets)
+
+
+class Budget:
+    """One token bucket (sans-IO): ``rate_per_s`` refill, ``capacity`` tokens at most,
+    full at the start. :meth:`spend` takes ``amount`` tokens, or returns False."""
+
+    __slots__ = ("_last", "_tokens", "capacity", "rate_per_s")
+
+    def __init__(self, *, rate_per_s: float, capacity: float, now: float) -> None:
+        if rate_per_s <= 0 or capacity <= 0:
+            raise ValueError("rate_per_s and capacity must be positive")
+        self.rate_per_s = float(rate_per_s)
+        self.capacity = float(capacity)
+        self._tokens = self.capacity
+        self._last = now
+
+    def spend(self, amount: float, now: float) -> bool:
+        elapsed = max(0.0, now - self._last)
+        self._last = max(self._last, now)
+        self._tokens = min(self.capacity, self._tokens + elapsed * self.rate_per_s)
+        if amount > self._tokens:
+            return False
+        self._tokens -= amount
+        return True

@@ -48,6 +48,8 @@ class TunnelStats:
     streams_opened: int = 0
     #: resets sent or received, by StreamCode label
     streams_reset: dict[str, int] = field(default_factory=dict)
+    #: times the peer exceeded its control budget (the tunnel was closed)
+    control_budget_exceeded: int = 0
 
 
 class Scheduler:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from dataclasses import replace
@@ -10,10 +11,12 @@ from pathlib import Path
 
 from cloud_gateway.registry import Registry
 from cloud_gateway.tunnel_listener import TunnelListener
+from raven.config.gateway import AuthorisedAgent
 from raven.protocol import events as ev
 from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
-from raven.protocol.secure_channel import Role
+from raven.protocol.frames import encode_register
+from raven.protocol.secure_channel import Role, SecureChannel
 from tests.helpers import KeyPair, wait_for
 from tests.helpers.tunnel import LIMITS, Site, echo_port
 
@@ -254,3 +257,55 @@ async def test_message_1_replayed_at_another_replica_never_evicts_the_live_sessi
         w.close()
         await w.wait_closed()
     await replica_a.drain(0.1)
+
+
+def tunnel_closes(site: Site, code: str) -> float:
+    return site.gw_metrics.tunnel_closes.labels(code)._value.get()
+
+
+async def test_registration_flood_closes_that_tunnel_and_spares_other_sites(
+    site: Site, tmp_path: Path
+) -> None:
+    """An authorised agent sends full-size REGISTERs back to back. Its tunnel is closed
+    (control budget, LIMIT_EXCEEDED, counted); another site's tunnel, scraped
+    throughout, is never declared dead. On a gateway that validated each REGISTER on
+    the loop with no budget, the flood held the loop for seconds."""
+    other = KeyPair(tmp_path, "site-b")
+    site_b = AuthorisedAgent(name="site-b", public_key=other.public_b64, nodes=["edge-b-*"])
+    site.registry.update_agents([*site.registry.by_key.values(), site_b])
+    port = echo_port(site)
+    link = await site.start({"edge-b-1": "127.0.0.1"}, [port], key=other)
+    await wait_for(lambda: site.registry.agents_for("edge-b-1"))
+    live = site.registry.sessions["site-b"].tunnel
+    names = [f"edge-{i}-{'x' * 40}" for i in range(LIMITS.max_registration_entries)]
+    # encoding takes a while: in a thread, before the hostile agent connects
+    frames = await asyncio.to_thread(lambda: list(encode_register(names, [], 60_000)))
+    channel = SecureChannel(role=Role.INITIATOR, static_private=site.agent.private,
+                            remote_static=site.gw.public, limits=LIMITS,
+                            now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    assert site.listener.bound is not None
+    reader, writer = await asyncio.open_connection(*site.listener.bound)
+    writer.write(channel.data_to_send())
+    channel.receive_data(await asyncio.wait_for(reader.read(4096), 5), time.monotonic())
+    writer.write(channel.data_to_send())  # key confirmation
+    await wait_for(lambda: "site-a" in site.registry.sessions)
+    for _ in range(20):  # twenty full registrations back to back
+        for frame in frames:
+            channel.seal(frame, time.monotonic())
+    writer.write(channel.data_to_send())
+    with contextlib.suppress(ConnectionError):
+        await read_until_closed(reader, timeout_s=20)
+    await wait_for(lambda: tunnel_closes(site, "limit_exceeded") == 1)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 2 * LIMITS.dead_peer_timeout_s
+    while loop.time() < until:  # site-b keeps being scraped
+        stream = await site.registry.open_stream("edge-b-1", port, timeout_s=5)
+        await stream.write(b"scrape")
+        assert await stream.read() == b"scrape"
+        await stream.aclose()
+        await asyncio.sleep(0.2)
+    assert site.registry.sessions["site-b"].tunnel is live and not live.closed.done()
+    assert link.connects == 1
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()

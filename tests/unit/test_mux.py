@@ -566,13 +566,68 @@ def test_registration_roles_and_limits() -> None:
     assert info.value.code is CloseCode.LIMIT_EXCEEDED
 
 
+UNBUDGETED = replace(LIMITS, max_control_frames_per_s=1e9, max_control_bytes_per_s=1e12)
+
+
+def _terminated(mux: Multiplexer) -> ConnectionTerminated:
+    terminated = [e for e in events(mux) if isinstance(e, ConnectionTerminated)]
+    assert len(terminated) == 1, "the tunnel was not closed"
+    return terminated[0]
+
+
 def test_ping_flood_without_reading_hits_the_control_limit() -> None:
-    pair = Pair()
+    pair = Pair(UNBUDGETED)
     pings = encode_frame(PingFrame(bytes(8))) * 4000
-    with pytest.raises(RemoteProtocolError) as info:
-        for _ in range(100):
-            pair.gateway.receive_payload(pings, 0.0)
-    assert info.value.code is CloseCode.LIMIT_EXCEEDED
+    for _ in range(100):
+        pair.gateway.receive_payload(pings, 0.0)
+    terminated = _terminated(pair.gateway)
+    assert terminated.code is CloseCode.LIMIT_EXCEEDED and "control frames" in terminated.reason
+
+
+def test_refusals_and_registration_answers_count_against_the_control_limit() -> None:
+    """Replies the application gives to the peer's frames (refusals, registration
+    answers) fill the same bounded queue as PONGs: a peer that opens streams the
+    gateway refuses, and never reads, gets the tunnel closed."""
+    pair = Pair(replace(UNBUDGETED, max_streams=1 << 20))
+    for round_ in range(40):
+        base = round_ * 8000
+        opens = (encode_frame(OpenFrame(base + i, "edge-x-1", 80)) for i in range(1, 8001, 2))
+        pair.gateway.receive_payload(b"".join(opens), 0.0)
+        for event in events(pair.gateway):
+            if isinstance(event, StreamOpened) and not pair.gateway.closed:
+                pair.gateway.refuse_stream(event.stream_id, StreamCode.UNKNOWN_NODE, "unknown")
+            if isinstance(event, ConnectionTerminated):
+                assert event.code is CloseCode.LIMIT_EXCEEDED
+                return
+    raise AssertionError("refusals were queued without bound")
+
+
+def test_control_budget_closes_a_flooding_peer_and_spares_a_steady_one() -> None:
+    limits = replace(LIMITS, max_control_frames_per_s=1000.0, control_burst_s=2.0)
+    steady = Pair(limits)
+    for tick in range(100):  # 500 pings/s for 10 s: within the budget
+        steady.now = tick * 0.1
+        steady.gateway.receive_payload(encode_frame(PingFrame(bytes(8))) * 50, steady.now)
+        steady.pump()
+    assert not steady.gateway.closed
+    flood = Pair(limits)
+    for tick in range(100):  # 5,000 pings/s
+        flood.gateway.receive_payload(encode_frame(PingFrame(bytes(8))) * 500, tick * 0.1)
+        flood.pump()
+    terminated = _terminated(flood.gateway)
+    assert terminated.code is CloseCode.LIMIT_EXCEEDED
+    assert terminated.reason == "control budget exceeded (1000 frames/s)"
+    assert flood.gateway.stats.control_budget_exceeded == 1
+
+
+def test_registration_entries_count_against_the_control_budget() -> None:
+    limits = replace(LIMITS, max_control_frames_per_s=1000.0, control_burst_s=2.0)
+    pair = Pair(limits)
+    names = tuple(f"edge-{i}" for i in range(1500))
+    pair.gateway.receive_payload(encode_frame(RegisterFrame(names, (), True)), 0.0)
+    assert not pair.gateway.closed  # one registration of 1,500 fits the 2,000 burst
+    pair.gateway.receive_payload(encode_frame(RegisterFrame(names, (), True)), 0.1)
+    assert _terminated(pair.gateway).reason == "control budget exceeded (1000 frames/s)"
 
 
 def test_datagram_queue_is_bounded_in_bytes_too() -> None:
