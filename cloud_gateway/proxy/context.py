@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from cloud_gateway.proxy.errors import ProxyError
+from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from raven.config.gateway import ProxyConfig
 from raven.logs import fields
@@ -21,8 +23,6 @@ READ_BYTES = 65536
 BODY_READ_BYTES = 262144
 #: Largest response head accepted from a target.
 MAX_RESPONSE_HEAD_BYTES = 65536
-#: Longest scrape timeout honoured from X-Prometheus-Scrape-Timeout-Seconds.
-MAX_SCRAPE_TIMEOUT_S = 3600.0
 #: Mode label for requests rejected before their target was known.
 UNKNOWN_MODE = "unknown"
 
@@ -36,6 +36,28 @@ class ProxyContext:
     metrics: ProxyMetrics
     draining: bool = False
     idle: set[asyncio.StreamWriter] = field(default_factory=set)
+    #: requests in flight per client address and per node (entries dropped at zero)
+    by_client: dict[str, int] = field(default_factory=dict)
+    by_node: dict[str, int] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def admit(self, client: str, node: str) -> Iterator[None]:
+        """Hold one in-flight slot of ``client`` and of ``node``; ProxyError CLIENT_LIMIT
+        (429) or NODE_LIMIT (503), both with Retry-After, when either is full."""
+        config = self.config
+        if self.by_client.get(client, 0) >= config.max_requests_per_client:
+            limit = config.max_requests_per_client
+            raise ProxyError(ErrorKind.CLIENT_LIMIT, f"{limit} requests in flight from {client}")
+        if self.by_node.get(node, 0) >= config.max_streams_per_node:
+            limit = config.max_streams_per_node
+            raise ProxyError(ErrorKind.NODE_LIMIT, f"{limit} requests in flight to {node}")
+        _take(self.by_client, client)
+        _take(self.by_node, node)
+        try:
+            yield
+        finally:
+            _give(self.by_client, client)
+            _give(self.by_node, node)
 
     def scrape_timeout(self, header: bytes | None) -> float:
         """The tunnel-leg bound for a request: the Prometheus header, else the default."""
@@ -45,8 +67,8 @@ class ProxyContext:
             except ValueError:
                 value = math.nan
             if math.isfinite(value) and value > 0:
-                return min(value, MAX_SCRAPE_TIMEOUT_S)
-        return self.config.default_timeout_s
+                return min(value, self.config.max_timeout_s)
+        return min(self.config.default_timeout_s, self.config.max_timeout_s)
 
     def record_error(
         self, exc: ProxyError, mode: str, peer: str, node: str = "", code: int | None = None
@@ -62,6 +84,26 @@ class ProxyContext:
             extra=fields(reason=kind.value, status=kind.status, mode=mode, node=node or None,
                          peer=peer, detail=exc.detail or None),
         )  # fmt: skip
+
+
+def _take(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
+
+def _give(counts: dict[str, int], key: str) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
+def peer_host(writer: asyncio.StreamWriter) -> str:
+    """The client's address without the port (the key of per-client limits)."""
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return "?"
 
 
 def peer_name(writer: asyncio.StreamWriter) -> str:

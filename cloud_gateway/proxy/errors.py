@@ -17,6 +17,8 @@ from raven.transport.stream import OpenFailure
 class _Row:
     status: int
     phrase: str
+    #: seconds for a Retry-After header (load shedding: come back soon), or None
+    retry_after_s: int | None = None
 
 
 class ErrorKind(enum.Enum):
@@ -43,6 +45,8 @@ class ErrorKind(enum.Enum):
     CLIENT_GONE = "client_gone"
     INCOMPLETE = "incomplete_response"
     BAD_CLIENT_HELLO = "bad_client_hello"
+    CLIENT_LIMIT = "client_limit"
+    NODE_LIMIT = "node_limit"
 
     @property
     def status(self) -> int:
@@ -51,6 +55,10 @@ class ErrorKind(enum.Enum):
     @property
     def phrase(self) -> str:
         return _TABLE[self].phrase
+
+    @property
+    def retry_after_s(self) -> int | None:
+        return _TABLE[self].retry_after_s
 
     @property
     def client_fault(self) -> bool:
@@ -81,6 +89,8 @@ _TABLE: dict[ErrorKind, _Row] = {
     ErrorKind.CLIENT_GONE: _Row(499, "Client Closed Request"),
     ErrorKind.INCOMPLETE: _Row(502, "Incomplete Response"),
     ErrorKind.BAD_CLIENT_HELLO: _Row(400, "Bad Client Hello"),
+    ErrorKind.CLIENT_LIMIT: _Row(429, "Too Many Requests", retry_after_s=1),
+    ErrorKind.NODE_LIMIT: _Row(503, "Node Busy", retry_after_s=1),
 }
 
 #: How an opener's failure maps to a proxy error.
@@ -130,6 +140,8 @@ def error_response(kind: ErrorKind, detail: str, *, close: bool) -> bytes:
         f"X-Raven-Error: {kind.value}\r\n"
         "Cache-Control: no-store\r\n"
     )
+    if kind.retry_after_s is not None:
+        head += f"Retry-After: {kind.retry_after_s}\r\n"
     if close:
         head += "Connection: close\r\n"
     return head.encode("ascii") + b"\r\n" + body

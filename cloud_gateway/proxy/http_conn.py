@@ -9,8 +9,15 @@ a failed target keeps it (the request was read completely) unless the request ha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
-from cloud_gateway.proxy.context import READ_BYTES, UNKNOWN_MODE, ProxyContext, peer_name
+from cloud_gateway.proxy.context import (
+    READ_BYTES,
+    UNKNOWN_MODE,
+    ProxyContext,
+    peer_host,
+    peer_name,
+)
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError, ProxyError, error_response
 from cloud_gateway.proxy.exchange import CutConnection, Exchange, open_target
 from cloud_gateway.proxy.heads import BodyKind, HeadReader, RequestHead, parse_request_head
@@ -30,6 +37,7 @@ class HttpConnection:
         self.reader = reader
         self.writer = writer
         self.peer = peer_name(writer)
+        self.client = peer_host(writer)
         self.buf = HeadReader(ctx.config.max_header_bytes)
         self.loop = asyncio.get_running_loop()
 
@@ -123,10 +131,18 @@ class HttpConnection:
             close = not req.keep_alive or req.body is not BodyKind.NONE or req.method == "CONNECT"
             self._fail(exc, mode, close=close)
             return not close
-        if target.mode is Mode.CONNECT:
-            await self._connect(target)
-            return False
-        return await self._forward(req, target)
+        with contextlib.ExitStack() as slot:
+            try:
+                slot.enter_context(self.ctx.admit(self.client, target.node))
+            except ProxyError as exc:  # over a limit: 429/503 with Retry-After
+                connect = target.mode is Mode.CONNECT
+                close = not req.keep_alive or req.body is not BodyKind.NONE or connect
+                self._fail(exc, target.mode.value, target.node, close=close)
+                return not close
+            if target.mode is Mode.CONNECT:
+                await self._connect(target)
+                return False
+            return await self._forward(req, target)
 
     async def _forward(self, req: RequestHead, target: Target) -> bool:
         ctx = self.ctx

@@ -62,6 +62,11 @@ class ProxyServer:
     def draining(self) -> bool:
         return self._ctx.draining
 
+    @property
+    def context(self) -> ProxyContext:
+        """What every connection shares (in-flight counts per client and node, drain flag)."""
+        return self._ctx
+
     async def start(self) -> None:
         """Bind every listener; on failure nothing stays bound."""
         config = self._ctx.config

@@ -8,8 +8,9 @@ otherwise) and close; they are counted like HTTP errors with the status they wou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
-from cloud_gateway.proxy.context import READ_BYTES, ProxyContext, peer_name
+from cloud_gateway.proxy.context import READ_BYTES, ProxyContext, peer_host, peer_name
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.exchange import open_target
 from cloud_gateway.proxy.relay import relay
@@ -47,6 +48,17 @@ async def serve_tls(
     target_port: int,
 ) -> None:
     """Serve one TLS passthrough connection to ``<sni>:<target_port>``."""
+    with contextlib.ExitStack() as slot:
+        await _serve_tls(ctx, reader, writer, target_port, slot)
+
+
+async def _serve_tls(
+    ctx: ProxyContext,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    target_port: int,
+    slot: contextlib.ExitStack,
+) -> None:
     peer = peer_name(writer)
     mode = Mode.TLS.value
     node = ""
@@ -63,6 +75,7 @@ async def serve_tls(
         sni, data = hello
         node = check_node(sni)
         target = Target(Mode.TLS, node, target_port)
+        slot.enter_context(ctx.admit(peer_host(writer), node))
         stream = await open_target(ctx, target, ctx.config.default_timeout_s)
     except ProxyError as exc:
         ctx.record_error(exc, mode, peer, node)

@@ -45,7 +45,8 @@ class LimitsConfig:
         default=_DEFAULTS.max_streams,
     )
     max_tunnel_buffered_bytes: int = doc(
-        "Unread bytes summed over a tunnel's streams; above it new streams are refused (busy).",
+        "Receive windows summed over a tunnel's streams (the most a peer can make us buffer, "
+        "both directions' streams); new streams get smaller windows near it, then are refused.",
         default=_DEFAULTS.max_tunnel_buffered_bytes,
     )
     max_queued_datagrams: int = doc(

@@ -92,6 +92,20 @@ class ProxyConfig:
     max_connections: int = doc(
         "Concurrent client connections; beyond it new ones wait in the accept queue.", default=4096
     )
+    max_timeout_s: float = doc(
+        "Largest X-Prometheus-Scrape-Timeout-Seconds honoured; a client asking for more gets this.",
+        default=300.0,
+    )
+    max_requests_per_client: int = doc(
+        "Requests (and CONNECT tunnels) in flight from one client address; beyond it: 429 with "
+        "Retry-After.",
+        default=64,
+    )
+    max_streams_per_node: int = doc(
+        "Requests (and CONNECT tunnels) in flight to one node; beyond it: 503 with Retry-After "
+        "(no client can take all of a tunnel's streams).",
+        default=64,
+    )
 
     def __post_init__(self) -> None:
         check_hostport("http_listen", self.http_listen)

@@ -19,8 +19,10 @@ class Limits:
     credit_update_ratio: float = 0.25
     #: Open streams per tunnel. An OPEN beyond it is refused with BUSY.
     max_streams: int = 1024
-    #: Bytes received but not yet consumed, summed over all streams of a tunnel.
-    #: Above it, new OPENs are refused with BUSY (existing streams keep their window).
+    #: Receive windows summed over a tunnel's streams (whichever side opened them): the
+    #: most the peer can make us buffer. New streams get smaller windows as the sum nears
+    #: it (down to 16 KiB, kept for every stream max_streams still allows); beyond it new
+    #: streams are refused BUSY (a peer's OPEN, or our own open_stream).
     max_tunnel_buffered_bytes: int = 64 * 1024 * 1024
     #: Largest frame payload a sender emits (<= MAX_FRAME_PAYLOAD_BYTES); also the
     #: round-robin quantum of the stream scheduler.

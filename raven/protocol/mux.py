@@ -78,6 +78,9 @@ __all__ = ["Multiplexer", "TunnelStats"]
 #: Control bytes the peer may make us queue (PONGs, refusals, registration answers)
 #: before it must read them; beyond it the tunnel is closed (LIMIT_EXCEEDED).
 MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
+#: Smallest receive window a stream is given when the tunnel's windows are nearly all
+#: committed; every stream up to ``max_streams`` is guaranteed at least this much.
+MIN_STREAM_WINDOW_BYTES = 16 * 1024
 #: Wire size of a CREDIT frame (not charged to the control budget: it follows data).
 _CREDIT_FRAME_BYTES = FRAME_HEADER_BYTES + 4
 #: PINGs awaiting their PONG that we remember (for RTT).
@@ -105,6 +108,9 @@ class Multiplexer:
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events: deque[Event] = deque()
         self._buffered = 0
+        #: receive windows of the live streams, summed: the most the peer can make us
+        #: buffer (held under max_tunnel_buffered_bytes, for streams either side opened)
+        self._reserved = 0
         #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
         self._state = TunnelState.HANDSHAKING
         self._drain_deadline: float | None = None
@@ -185,12 +191,12 @@ class Multiplexer:
             raise LocalProtocolError("stream ids exhausted on this tunnel")
         open_frame = encode_frame(OpenFrame(stream_id, node, port))  # validates node/port
         self._next_local_id += 2
-        if len(self._streams) >= self._limits.max_streams:
-            self._events.append(StreamRefused(stream_id, StreamCode.BUSY, "too many streams"))
+        window, busy = self._window_for_new_stream()
+        if busy:
+            self._events.append(StreamRefused(stream_id, StreamCode.BUSY, busy))
             return stream_id
-        stream = Stream(stream_id, self._limits.stream_window_bytes)
+        stream = self._new_stream(stream_id, window)
         stream.apply(_I.SEND_OPEN)
-        self._streams[stream_id] = stream
         self._queue_control(open_frame)
         self._grant_window(stream)
         self.stats.streams_opened += 1
@@ -266,9 +272,31 @@ class Multiplexer:
         resets = self.stats.streams_reset
         resets[code.label] = resets.get(code.label, 0) + 1
 
+    def _window_for_new_stream(self) -> tuple[int, str]:
+        """(receive window, "") for a new stream, or (0, reason) when it must be refused.
+        Windows shrink as the tunnel's total nears max_tunnel_buffered_bytes, keeping
+        MIN_STREAM_WINDOW_BYTES for each stream still allowed under max_streams."""
+        limits = self._limits
+        others = limits.max_streams - len(self._streams) - 1
+        if others < 0:
+            return 0, "too many streams"
+        floor = min(MIN_STREAM_WINDOW_BYTES, limits.stream_window_bytes)
+        room = limits.max_tunnel_buffered_bytes - self._reserved - others * floor
+        window = min(limits.stream_window_bytes, room)
+        if window < floor:
+            return 0, "too much data buffered on the tunnel"
+        return window, ""
+
+    def _new_stream(self, stream_id: int, window: int) -> Stream:
+        stream = Stream(stream_id, window)
+        self._streams[stream_id] = stream
+        self._reserved += window
+        return stream
+
     def _forget(self, stream: Stream) -> None:
         if self._streams.pop(stream.stream_id, None) is not None:
             self._buffered -= stream.buffered
+            self._reserved -= stream.window
             stream.buffered = 0
 
     def _schedule(self, stream: Stream) -> None:
@@ -353,6 +381,7 @@ class Multiplexer:
             self._count_reset(StreamCode.TUNNEL_CLOSED)
         self._streams.clear()
         self._buffered = 0
+        self._reserved = 0
         self._out.clear()
         self._events.append(ConnectionTerminated(code, reason, by_peer))
 
@@ -543,20 +572,18 @@ class Multiplexer:
         if stream_id <= self._last_peer_id:
             raise RemoteProtocolError(f"peer reused stream id {stream_id}")
         self._last_peer_id = stream_id
-        limits = self._limits
-        code = StreamCode.OK
+        code, window, reason = StreamCode.OK, 0, ""
         if self.draining:
             code, reason = StreamCode.DRAINING, "tunnel is draining"
-        elif len(self._streams) >= limits.max_streams:
-            code, reason = StreamCode.BUSY, "too many streams"
-        elif self._buffered >= limits.max_tunnel_buffered_bytes:
-            code, reason = StreamCode.BUSY, "too much data buffered on the tunnel"
+        else:
+            window, reason = self._window_for_new_stream()
+            if reason:
+                code = StreamCode.BUSY
         if code is not StreamCode.OK:
             self._queue_peer_induced([encode_frame(OpenResultFrame(stream_id, code, reason))])
             return
-        stream = Stream(stream_id, limits.stream_window_bytes)
+        stream = self._new_stream(stream_id, window)
         stream.apply(_I.RECV_OPEN)
-        self._streams[stream_id] = stream
         self._events.append(StreamOpened(stream_id, frame.node, frame.port))
 
     def _on_stream_control(

@@ -9,7 +9,7 @@ import pytest
 
 from raven.config.gateway import TlsListener
 from raven.transport.stream import OpenFailure
-from tests.helpers import free_port, sample
+from tests.helpers import free_port, sample, wait_for
 from tests.helpers.proxy import (
     FailingOpener,
     direct,
@@ -160,3 +160,53 @@ async def test_tls_listener_config_keeps_http_listener_working(target_port: int)
         assert len(proxy.tls_addresses) == 1 and proxy.tls_addresses[0][1] > 0
         status, _, _ = await _status(base, f"/proxy/edge-gpu-1:{target_port}/metrics")
         assert status == 200
+
+
+async def _send(
+    addr: tuple[str, int], path: str, source: str = "127.0.0.1"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection(*addr, local_addr=(source, 0))
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return reader, writer
+
+
+async def test_per_client_and_per_node_limits_answer_429_and_503(target_port: int) -> None:
+    """No client and no node can take all of a tunnel's streams: beyond the in-flight
+    limits the answer is 429 (this client) or 503 (this node), both with Retry-After."""
+    slow = f"/proxy/edge-gpu-1:{target_port}/slow?s=2"
+    async with running_proxy(direct(), max_requests_per_client=2, max_streams_per_node=3) as (
+        proxy,
+        registry,
+        _,
+    ):
+        held = [await _send(proxy.http_address, slow) for _ in range(2)]
+        held.append(await _send(proxy.http_address, slow, source="127.0.0.2"))
+        await wait_for(lambda: sum(proxy.context.by_node.values()) == 3)
+        request = f"GET {slow} HTTP/1.0\r\n\r\n".encode()
+        over_client = await raw_exchange(proxy.http_address, request)
+        assert over_client.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+        assert b"\r\nRetry-After: 1\r\n" in over_client
+        reader, writer = await _send(proxy.http_address, slow, source="127.0.0.3")
+        over_node = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert over_node.startswith(b"HTTP/1.1 503 Node Busy\r\n")
+        assert b"\r\nRetry-After: 1\r\n" in over_node
+        assert (await reader.readline()).startswith(b"node_limit: ")
+        # the same connection goes on to another node: served
+        writer.write(b"GET /proxy/edge-gpu-2:%d/metrics HTTP/1.1\r\nHost: x\r\n\r\n" % target_port)
+        assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 200")
+        writer.close()
+        for r, w in held:
+            assert (await asyncio.wait_for(r.readline(), 5)).startswith(b"HTTP/1.1 200")
+            w.close()
+    assert sample(registry, "raven_proxy_errors_total", reason="client_limit") == 1
+    assert sample(registry, "raven_proxy_errors_total", reason="node_limit") == 1
+
+
+async def test_scrape_timeout_is_capped_by_max_timeout(target_port: int) -> None:
+    async with running_proxy(direct(), max_timeout_s=0.3) as (_, _reg, base):
+        got = await _status(
+            base,
+            f"/proxy/edge-gpu-1:{target_port}/slow?s=5",
+            {"X-Prometheus-Scrape-Timeout-Seconds": "3600"},
+        )
+    assert got[:2] == (504, "Scrape Timeout")

@@ -298,23 +298,37 @@ def test_max_streams_refuses_busy() -> None:
     assert events(pair.gateway) == [StreamRefused(local, StreamCode.BUSY, "too many streams")]
 
 
-def test_tunnel_buffered_bytes_refuse_new_streams() -> None:
-    limits = replace(LIMITS, max_tunnel_buffered_bytes=1000)
-    pair = Pair(limits)
-    sid = pair.open()
-    pair.gateway.send_stream_data(sid, bytes(1500))
+def test_tunnel_buffered_bytes_bound_streams_either_side_opened() -> None:
+    """The receive windows of a tunnel's streams sum to at most max_tunnel_buffered_bytes,
+    whether we opened them (the gateway's scrapes) or the peer did: windows shrink near
+    the cap (16 KiB kept for each stream max_streams still allows), then BUSY."""
+    kib = 1024
+    cap = 160 * kib
+    limits = replace(LIMITS, stream_window_bytes=64 * kib, max_streams=4)
+    pair = Pair(limits, gateway_limits=replace(limits, max_tunnel_buffered_bytes=cap))
+    ours = [pair.gateway.open_stream("n", 80) for _ in range(3)]
+    pair.pump()
+    for sid in ours:
+        pair.agent.accept_stream(sid)
+    theirs = pair.agent.open_stream("gw", 80)  # the peer's stream shares the same cap
     pair.pump()
     events(pair.agent)
-    assert pair.agent.buffered_bytes == 1500
-    new = pair.gateway.open_stream("n", 2)
+    assert [type(e) for e in events(pair.gateway)].count(StreamOpened) == 1
+    pair.gateway.accept_stream(theirs)
     pair.pump()
-    assert events(pair.gateway)[-1] == StreamRefused(
-        new, StreamCode.BUSY, "too much data buffered on the tunnel"
-    )
-    pair.agent.consume_stream_data(sid, 1500)
-    again = pair.gateway.open_stream("n", 2)
+    capacities = [pair.agent.send_capacity(sid) for sid in [*ours, theirs]]
+    assert capacities == [64 * kib, 64 * kib, 16 * kib, 16 * kib]
+    for sid, capacity in zip([*ours, theirs], capacities, strict=True):
+        pair.agent.send_stream_data(sid, bytes(capacity))  # the peer sends all it may
     pair.pump()
-    assert events(pair.agent) == [StreamOpened(again, "n", 2)]
+    events(pair.gateway)
+    assert pair.gateway.buffered_bytes == cap
+    more = pair.gateway.open_stream("n", 80)
+    assert events(pair.gateway) == [StreamRefused(more, StreamCode.BUSY, "too many streams")]
+    pair.gateway.reset_stream(ours[0], StreamCode.CANCELLED)  # frees its 64 KiB
+    again = pair.gateway.open_stream("n", 80)
+    pair.pump()
+    assert StreamOpened(again, "n", 80) in events(pair.agent)
 
 
 # --------------------------------------------------------------------------- stream id rules
