@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.registry import AgentSession, Registry
@@ -54,9 +54,7 @@ class GatewayApp:
             handshake_rate_per_s=config.handshake_rate_per_s,
             handshake_burst=config.handshake_burst,
         )
-        self.admin = AdminServer(
-            config.admin_listen, self.metrics_registry, self._ready, exposition=self._exposition
-        )
+        self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
         self.admin.add_route("/api/v1/agents", self._api_agents)
         self.admin.add_route("/api/v1/nodes", self._api_nodes)
         self.admin.add_route("/api/v1/targets", self._api_targets)
@@ -72,7 +70,7 @@ class GatewayApp:
         self.proxy: Any = None
         self.l3: Any = None
         self.gateway_metrics = GatewayMetrics(self.metrics_registry)
-        self.gateway_metrics.authorised_agents.set(len(config.agents))
+        self.gateway_metrics.authorised_agents.set_function(lambda: len(self.config.agents))
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -140,7 +138,6 @@ class GatewayApp:
             return
         stale = self.registry.update_agents(config.agents)
         self.config = dataclasses.replace(self.config, agents=config.agents)
-        self.gateway_metrics.authorised_agents.set(len(config.agents))
         for session in stale:
             log.info("config reload: closing tunnel agent=%s (authorisation changed)",
                      session.agent.name)  # fmt: skip
@@ -155,10 +152,6 @@ class GatewayApp:
         if self.listener.bound is None:
             return False, "tunnel listener not up"
         return True, ""
-
-    def _exposition(self) -> bytes:
-        self.listener.sample_all()
-        return generate_latest(self.metrics_registry)
 
     def _api_agents(self, _request: AdminRequest) -> AdminResponse:
         body = self.registry.agents_json()

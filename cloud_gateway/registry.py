@@ -165,7 +165,6 @@ class Registry:
             )  # fmt: skip
             self._unindex(old)
             old.tunnel.close(CloseCode.REPLACED, "replaced by a newer tunnel from the same key")
-        self.metrics.tunnels_connected.labels(agent.name).set(1)
         self._changed()
         return session
 
@@ -175,7 +174,6 @@ class Registry:
             return
         del self.sessions[agent.name]
         self._unindex(session)
-        self.metrics.tunnels_connected.labels(agent.name).set(0)
         self._changed()
 
     def registered(

@@ -13,7 +13,7 @@ from raven.hostport import parse_hostport
 from raven.keys import key_id
 from raven.logs import fields
 from raven.logthrottle import LogThrottle
-from raven.metrics import StatsSampler, TunnelMetrics
+from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import TunnelConnection
@@ -63,7 +63,6 @@ class TunnelListener:
         self._server: asyncio.Server | None = None
         self.bound: tuple[str, int] | None = None
         self._sessions: dict[Tunnel, AgentSession] = {}
-        self._samplers: dict[Tunnel, StatsSampler] = {}
         #: the registration being checked per tunnel (a newer one replaces it)
         self._checks: dict[Tunnel, asyncio.Task[None]] = {}
 
@@ -134,9 +133,7 @@ class TunnelListener:
         elif isinstance(event, ev.PongReceived):
             session = self._sessions.get(tunnel)
             if session is not None:
-                self.metrics.rtt.labels(session.agent.name).set(event.rtt_s)
                 self.metrics.rtt_hist.observe(event.rtt_s)
-                self._sample(tunnel, session.agent.name)
         elif isinstance(event, ev.StreamReset):
             self.metrics.stream_resets.labels(event.code.label).inc()
         elif isinstance(event, ev.ConnectionTerminated):
@@ -186,18 +183,11 @@ class TunnelListener:
         self.metrics.handshakes.labels("ok").inc()
         session = self.registry.add(agent, tunnel)
         self._sessions[tunnel] = session
-        self._samplers[tunnel] = StatsSampler(self.metrics, agent.name)
+        self.metrics.live.tunnel_up(agent.name, tunnel)
         log.info(
             "tunnel up",
             extra=fields(site=agent.name, agent_key=key_id(agent.public_key), peer=tunnel.peer),
         )
-
-    def _sample(self, tunnel: Tunnel, agent: str) -> None:
-        """Move the protocol counters of ``tunnel`` into the metrics (deltas)."""
-        sampler = self._samplers.get(tunnel)
-        if sampler is not None:
-            sampler.sample(tunnel.conn.stats)
-        self.metrics.streams_open.labels(agent).set(len(tunnel.streams))
 
     def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
         self.tunnels.discard(tunnel)
@@ -227,8 +217,7 @@ class TunnelListener:
                     extra=fields(peer=tunnel.peer, reason=event.reason),
                 )
             return
-        self._sample(tunnel, session.agent.name)
-        self._samplers.pop(tunnel, None)
+        self.metrics.live.tunnel_down(session.agent.name, tunnel)
         self.metrics.tunnel_closes.labels(event.code.label).inc()
         self.registry.remove(session.agent, tunnel)
         for hook in self.session_hooks:
@@ -244,11 +233,6 @@ class TunnelListener:
                 duration_s=round(time.time() - session.connected_since, 3),
             ),
         )
-
-    def sample_all(self) -> None:
-        """Refresh per-agent byte and stream gauges (called before /metrics is served)."""
-        for tunnel, session in list(self._sessions.items()):
-            self._sample(tunnel, session.agent.name)
 
     async def drain(self, timeout_s: float) -> None:
         """Stop accepting, send GOAWAY on every tunnel, let streams finish, then close."""

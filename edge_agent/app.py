@@ -56,7 +56,7 @@ class AgentApp:
             "Nodes in this agent's table.",
             registry=self.metrics_registry,
         )
-        self.nodes_served.set(len(config.nodes))
+        self.nodes_served.set_function(lambda: len(self.relay.nodes))
         self.backfill: Any = None
         if config.backfill.enabled:
             from edge_agent.backfill.service import BackfillService
@@ -104,7 +104,6 @@ class AgentApp:
     def set_nodes(self, nodes: dict[str, str]) -> None:
         """Replace the node table (Kubernetes source) and re-register everywhere."""
         self.relay.set_nodes(nodes)
-        self.nodes_served.set(len(nodes))
         self.dialer.reregister()
 
     async def start(self) -> None:

@@ -24,7 +24,7 @@ import dns.resolver
 from raven.backoff import backoff_delay
 from raven.hostport import parse_hostport
 from raven.logs import fields
-from raven.metrics import StatsSampler, TunnelMetrics
+from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.limits import Limits
@@ -112,7 +112,6 @@ class GatewayLink:
         self.on_datagram = on_datagram
         self.rng = rng or random.Random()
         self.tunnel: Tunnel | None = None
-        self.sampler = StatsSampler(metrics, self.label)
         self.attempt = 0
         self.connects = 0
         self.last_error = ""
@@ -218,9 +217,8 @@ class GatewayLink:
                 ) from None
         self.metrics.handshakes.labels("ok").inc()
         self.tunnel = tunnel
-        self.sampler = StatsSampler(self.metrics, self.label)
         self.connects += 1
-        self.metrics.tunnels_connected.labels(self.label).set(1)
+        self.metrics.live.tunnel_up(self.label, tunnel)
         log.info("tunnel up", extra=fields(gateway=self.label))
         self.reregister()
         if self.on_tunnel is not None:
@@ -231,8 +229,7 @@ class GatewayLink:
         finally:
             self._lost_at = time.monotonic()
             self.tunnel = None
-            self.metrics.tunnels_connected.labels(self.label).set(0)
-            self.sampler.sample(tunnel.conn.stats)
+            self.metrics.live.tunnel_down(self.label, tunnel)
             if self.on_tunnel is not None:
                 self.on_tunnel(self, None)
         self.last_error = f"{closed.code.label}: {closed.reason}"
@@ -253,10 +250,6 @@ class GatewayLink:
             if event.refused:
                 self.metrics.registrations_refused.labels(self.label).inc(len(event.refused))
         elif isinstance(event, ev.PongReceived):
-            if self.tunnel is not None:
-                self.sampler.sample(self.tunnel.conn.stats)
-                self.metrics.streams_open.labels(self.label).set(len(self.tunnel.streams))
-            self.metrics.rtt.labels(self.label).set(event.rtt_s)
             self.metrics.rtt_hist.observe(event.rtt_s)
         elif isinstance(event, ev.StreamReset):
             self.metrics.stream_resets.labels(event.code.label).inc()

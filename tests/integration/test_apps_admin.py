@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import aiohttp
@@ -59,6 +60,10 @@ async def test_admin_endpoints_of_gateway_and_agent(tmp_path: Path) -> None:
             assert samples[("raven_tunnel_frames_total", rx)] >= 1
             _, text = await get(s, f"{ag_url}/metrics")
             assert "raven_tunnels_connected{gateway=" in text
+            tx = re.search(
+                r'raven_tunnel_bytes_total\{direction="tx",gateway="[^"]+"\} (\S+)', text
+            )
+            assert tx is not None and float(tx.group(1)) > 0  # read live, no keepalive needed
             assert "raven_agent_nodes_served 2.0" in text
             await agent.stop()
             await wait_for(lambda: not gateway.registry.sessions)

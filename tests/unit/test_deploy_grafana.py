@@ -27,6 +27,7 @@ from edge_agent.relay import RelayMetrics
 from raven.l3.metrics import L3Metrics
 from raven.metrics import TunnelMetrics
 from raven.process_metrics import BuildInfoCollector
+from raven.protocol.scheduler import TunnelStats
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "raven-tunnel.json"
@@ -53,10 +54,20 @@ TARGET_LABELS = {"instance", "job"}
 FUNCS_NEEDING_COUNTERS = ("rate", "irate", "increase")
 
 
+class IdleTunnel:
+    """What the tunnel collector reads of a tunnel (stats, streams, RTT), with no traffic."""
+
+    def __init__(self) -> None:
+        self.stats = TunnelStats(datagrams_dropped={"queue_full": 0})
+        self.conn = self
+        self.streams: dict[int, object] = {}
+        self.rtt_s = 0.001
+
+
 def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     """Exposed sample name -> (type, label names) for every metric class of the project."""
     registry = CollectorRegistry()
-    TunnelMetrics(registry, peer_label="agent")
+    TunnelMetrics(registry, peer_label="agent").live.tunnel_up("site-a", IdleTunnel())
     ProxyMetrics(registry)
     L3Metrics(registry).traffic("to_agent", "site-a").count(100)  # a custom collector: a sample
     HostsMetrics(registry)
