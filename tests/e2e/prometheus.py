@@ -68,6 +68,8 @@ class Prometheus:
         scrape_interval_s: float = 2.0,
         scrape_timeout_s: float = 1.5,
         binary: str = PROMETHEUS_BIN,
+        extra_config: Mapping[str, Any] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.lab = lab
         self.ns = ns
@@ -84,6 +86,7 @@ class Prometheus:
                 "evaluation_interval": "15s",
             },
             "scrape_configs": [dict(j) for j in jobs],
+            **(extra_config or {}),
         }
         self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         self.proc: Proc = lab.process(
@@ -96,6 +99,7 @@ class Prometheus:
                 f"--web.listen-address={listen}",
                 "--web.enable-lifecycle",
                 "--log.level=info",
+                *extra_args,
             ],
             cwd=self.dir,
             start=False,
