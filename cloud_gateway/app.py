@@ -113,7 +113,7 @@ class GatewayApp:
         self.draining = True
         timeout = self.config.limits.drain_timeout_s
         if self.proxy is not None:
-            await self.proxy.stop()
+            await self.proxy.stop(grace_s=timeout)
         await self.listener.drain(timeout)
         if self.l3 is not None:
             await self.l3.stop()

@@ -6,7 +6,7 @@ Pure: no asyncio, no sockets. Any input either parses or raises :class:`HttpPars
 
 Strict where lenience lets requests be smuggled past a proxy: obs-fold, whitespace before a
 colon, bare CR or LF, duplicate Host, Transfer-Encoding together with Content-Length,
-differing Content-Length values and transfer codings other than ``chunked`` are refused.
+repeated or listed Content-Length values and transfer codings other than ``chunked`` are refused.
 """
 
 from __future__ import annotations
@@ -158,16 +158,14 @@ def _tokens(value: bytes) -> list[bytes]:
 
 
 def _content_length(values: list[bytes], kind: ErrorKind) -> int:
-    seen: set[bytes] = set()
-    for value in values:
-        for raw in value.split(b","):
-            item = raw.strip(b" \t")
-            if not _DIGITS.match(item):
-                raise HttpParseError(kind, "invalid Content-Length")
-            seen.add(item.lstrip(b"0") or b"0")
-    if len(seen) != 1:
-        raise HttpParseError(kind, "conflicting Content-Length values")
-    return int(seen.pop())
+    """Exactly one Content-Length with one value: a repeated or listed one (even with equal
+    values, ``4, 4``) is refused, so no hop downstream can read it another way."""
+    if len(values) != 1 or b"," in values[0]:
+        raise HttpParseError(kind, "duplicate or conflicting Content-Length")
+    item = values[0].strip(b" \t")
+    if not _DIGITS.match(item):
+        raise HttpParseError(kind, "invalid Content-Length")
+    return int(item)
 
 
 def _lines(head: bytes, kind: ErrorKind) -> list[bytes]:
