@@ -42,7 +42,7 @@ class GatewayApp:
         self.config = config
         self.metrics_registry = registry or process_registry()
         self.metrics = TunnelMetrics(self.metrics_registry, peer_label="agent")
-        self.registry = Registry(config.agents, self.metrics)
+        self.registry = Registry(config.agents, self.metrics, node_ttl_s=config.node_ttl_s)
         self.static_private = read_private_key_file(config.private_key_file)
         self.listener = TunnelListener(
             listen=config.tunnel_listen,
@@ -82,6 +82,7 @@ class GatewayApp:
         from cloud_gateway.proxy.server import ProxyServer
 
         self.proxy = ProxyServer(self.registry, self.config.proxy, self.metrics_registry)
+        self.registry.on_forget = self.proxy.context.metrics.forget_nodes
         await self.proxy.start()
         await self.admin.start()
         log.info("gateway ready agents_authorised=%d", len(self.config.agents))

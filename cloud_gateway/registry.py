@@ -26,6 +26,9 @@ from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
 
+#: How long a node no agent serves any more stays known (default of node_ttl_s).
+DEFAULT_NODE_TTL_S = 3600.0
+
 #: Registration entries validated per event-loop turn: a large (or hostile) registration
 #: never holds the loop that serves every other site for more than a few milliseconds.
 CHECK_ENTRIES_PER_TURN = 512
@@ -123,13 +126,23 @@ class Registry:
         agents: list[AuthorisedAgent],
         metrics: TunnelMetrics,
         on_change: Callable[[], None] | None = None,
+        *,
+        node_ttl_s: float = DEFAULT_NODE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.by_key: dict[bytes, AuthorisedAgent] = {a.public_key_bytes: a for a in agents}
         self.metrics = metrics
         self.sessions: dict[str, AgentSession] = {}  # agent name -> session
         self.node_index: dict[str, list[str]] = {}  # node -> agent names
-        self.seen_nodes: set[str] = set()  # nodes ever registered (-> no_agent, not unknown)
+        #: node -> when it was last served (clock): a node no agent serves stays known
+        #: (no_agent, not unknown_node) for node_ttl_s, then is forgotten
+        self.seen_nodes: dict[str, float] = {}
         self.on_change = on_change
+        #: called with the nodes just forgotten (e.g. to drop their metric series)
+        self.on_forget: Callable[[list[str]], None] | None = None
+        self.node_ttl_s = node_ttl_s
+        self._clock = clock
+        self._next_expiry = clock() + node_ttl_s / 16
 
     def update_agents(self, agents: list[AuthorisedAgent]) -> list[AgentSession]:
         """Replace the authorised agents (config reload). Returns the live sessions whose
@@ -196,9 +209,10 @@ class Registry:
         session.nodes = frozenset(ok_nodes)
         session.prefixes = tuple(ok_prefixes)
         session.refused = tuple(refused)
+        now = self._clock()
         for node in session.nodes:
             self.node_index.setdefault(node, []).append(session.agent.name)
-            self.seen_nodes.add(node)
+            self.seen_nodes[node] = now
         log.info(
             "agent registered",
             extra=fields(site=session.agent.name, nodes=len(ok_nodes),
@@ -207,16 +221,37 @@ class Registry:
         self._changed()
 
     def _unindex(self, session: AgentSession) -> None:
+        now = self._clock()
         for node in session.nodes:
             names = self.node_index.get(node)
             if names and session.agent.name in names:
                 names.remove(session.agent.name)
                 if not names:
                     del self.node_index[node]
+                    self.seen_nodes[node] = now  # the TTL runs from here
 
     def _changed(self) -> None:
+        if self._clock() >= self._next_expiry:
+            self.expire()
         if self.on_change is not None:
             self.on_change()
+
+    def expire(self) -> list[str]:
+        """Forget the nodes no agent has served for node_ttl_s (they become unknown and
+        their per-node series go); returns them. Runs by itself on registry changes."""
+        now = self._clock()
+        self._next_expiry = now + self.node_ttl_s / 16
+        horizon = now - self.node_ttl_s
+        gone = [
+            node
+            for node, since in self.seen_nodes.items()
+            if since <= horizon and node not in self.node_index
+        ]
+        for node in gone:
+            del self.seen_nodes[node]
+        if gone and self.on_forget is not None:
+            self.on_forget(gone)
+        return gone
 
     # ------------------------------------------------------------ routing
     def agents_for(self, node: str) -> list[AgentSession]:
@@ -267,7 +302,8 @@ class Registry:
 
     def nodes_json(self) -> dict[str, object]:
         out = []
-        for node in sorted(self.seen_nodes | set(self.node_index)):
+        self.expire()
+        for node in sorted(self.seen_nodes.keys() | self.node_index.keys()):
             sessions = self.agents_for(node)
             out.append(
                 {

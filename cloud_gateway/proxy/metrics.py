@@ -76,6 +76,12 @@ class ProxyMetrics:
             child = self._errors[kind] = self.errors.labels(kind.value)
         child.inc()
 
+    def forget_nodes(self, nodes: list[str]) -> None:
+        """Drop the per-node series of nodes the registry forgot (bounded cardinality)."""
+        for node in nodes:
+            if self._durations.pop(node, None) is not None:
+                self.duration.remove(node)
+
     def observe(self, node: str, seconds: float) -> None:
         child = self._durations.get(node)
         if child is None:

@@ -125,6 +125,11 @@ class GatewayConfig:
         default=f"0.0.0.0:{defaults.GATEWAY_ADMIN_PORT}",
     )
     agents: list[AuthorisedAgent] = doc("The authorised agents.", default_factory=list)
+    node_ttl_s: float = doc(
+        "A node no agent serves any more stays known (503 no_agent rather than 404) this "
+        "long; then it is forgotten with its per-node metric series.",
+        default=3600.0,
+    )
     proxy: ProxyConfig = doc("L7 proxy listeners.", default_factory=ProxyConfig)
     limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)
     handshake_rate_per_s: float = doc(

@@ -9,6 +9,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
+from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.registry import Registry
 from cloud_gateway.tunnel_listener import TunnelListener
 from raven.config.gateway import AuthorisedAgent
@@ -309,3 +312,26 @@ async def test_registration_flood_closes_that_tunnel_and_spares_other_sites(
     writer.close()
     with contextlib.suppress(ConnectionError):
         await writer.wait_closed()
+
+
+async def test_nodes_and_their_series_are_forgotten_after_the_ttl(site: Site) -> None:
+    """A node whose agent left stays known (no_agent) for node_ttl_s, then is forgotten
+    with its per-node latency series: state and metric cardinality do not grow forever."""
+    proxy_registry = CollectorRegistry()
+    proxy_metrics = ProxyMetrics(proxy_registry)
+    site.registry.on_forget = proxy_metrics.forget_nodes
+    site.registry.node_ttl_s = 0.3
+    nodes = {f"edge-gone-{i}": "127.0.0.1" for i in range(50)}
+    link = await site.start(nodes, [])
+    await wait_for(lambda: all(site.registry.agents_for(n) for n in nodes))
+    for node in nodes:
+        proxy_metrics.observe(node, 0.01)
+    series = "raven_proxy_request_duration_seconds_count"
+    await link.stop(graceful=False)
+    site.links.remove(link)
+    await wait_for(lambda: not site.registry.sessions)
+    assert site.registry.is_known("edge-gone-1") and not site.registry.agents_for("edge-gone-1")
+    await wait_for(lambda: site.registry.expire() and not site.registry.seen_nodes)
+    assert not site.registry.is_known("edge-gone-1")
+    assert site.registry.nodes_json() == {"nodes": []}
+    assert proxy_registry.get_sample_value(series, {"node": "edge-gone-1"}) is None
