@@ -212,9 +212,10 @@ class TargetTable:
                 else:
                     t.local = False
                 continue
+            if t.last_seen == 0.0 and tunnel_up:
+                t.local = False  # never scraped by Prometheus: nothing to fill while it can
+                continue
             if not t.local:
-                if t.last_seen == 0.0 and tunnel_up:
-                    continue  # never scraped by Prometheus: nothing to fill yet
                 anchor = t.last_seen or now - t.interval_s  # never seen: start now
                 grace = 0.0 if not tunnel_up else t.interval_s / 2
                 if now < anchor + t.interval_s + grace:

@@ -178,3 +178,91 @@ async def test_outage_backfilled_into_real_prometheus(
         await gateway.stop()
         await target.cleanup()
         await asyncio.to_thread(prom.stop)
+
+
+MIB = 1024 * 1024
+CAP_SERIES = 5000
+
+
+async def start_big_target() -> tuple[web.AppRunner, int]:
+    """A page of 5000 series whose (stable) random label values make each stored scrape
+    about 200 KiB, so a 10 MiB buffer overflows in seconds."""
+    labels = [os.urandom(24).hex() for _ in range(CAP_SERIES)]
+    scrapes = [0]
+
+    async def metrics(_request: web.Request) -> web.Response:
+        scrapes[0] += 1
+        lines = [f'cap_test{{i="{i}",id="{v}"}} {scrapes[0]}' for i, v in enumerate(labels)]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path, no_leaked_tasks: None) -> None:
+    """A 10 MiB buffer overflowed while the gateway is away: the oldest scrapes are dropped
+    and counted, the disk stays within the cap, and the newest are all backfilled."""
+    require(os.path.exists(PROMETHEUS), "prometheus not installed (scripts/setup installs it)")
+    prom = PromProcess(tmp_path)
+    target, target_port = await start_big_target()
+    gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
+    tunnel_port = free_port()
+    gw_cfg = gateway_config(
+        tmp_path, gw, [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}],
+        tunnel_listen=f"127.0.0.1:{tunnel_port}",
+        backfill={"enabled": True,
+                  "remote_write_url": f"http://127.0.0.1:{prom.port}/api/v1/write",
+                  "jobs": [{"port": target_port, "job": "cap"}]},
+    )  # fmt: skip
+    ag_cfg = agent_config(
+        ag, gw, f"127.0.0.1:{tunnel_port}", {"edge-node-1": "127.0.0.1"},
+        allowed_ports=[target_port],
+        backfill={"enabled": True, "dir": str(tmp_path / "buffer"), "max_bytes": 10 * MIB,
+                  "targets": [{"node": "edge-node-1", "port": target_port,
+                               "interval_s": 0.2, "timeout_s": 0.2}]},
+    )  # fmt: skip
+    agent = AgentApp(ag_cfg)
+    gateway = GatewayApp(gw_cfg)
+    try:
+        await asyncio.to_thread(prom.wait_ready)
+        await agent.start()  # no gateway yet: the tunnel is down, the agent scrapes alone
+        bf = agent.backfill
+        assert bf is not None and bf.store is not None
+        store = bf.store
+        await wait_for(lambda: store.dropped["cap"] > 0, timeout_s=120, interval_s=0.1)
+        rows_at_first_drop = store.totals.rows
+        await wait_for(lambda: store.totals.rows >= 1 and store.dropped["cap"] >= 3 * CAP_SERIES,
+                       timeout_s=60, interval_s=0.1)  # fmt: skip
+        # disk within the cap: the rows' bytes, the file (freed pages reused) plus the WAL
+        assert store.totals.bytes <= 10 * MIB
+        assert store.file_bytes() <= 10 * MIB * 1.15 + store.journal_limit_bytes
+        assert store.dropped["cap"] % CAP_SERIES == 0
+        await gateway.start()  # the tunnel comes up; Prometheus never scrapes this target
+        await wait_for(lambda: bf.table.local_count == 0, timeout_s=20)
+        await asyncio.sleep(0.5)  # a scrape in flight when local mode ended is stored
+        await wait_for(lambda: store.totals.rows == 0, timeout_s=120, interval_s=0.2)
+        dropped = store.dropped["cap"]
+        assert gateway.backfill is not None
+        written = gateway.backfill.status["site-a"].samples_written
+        result = await asyncio.to_thread(prom.query, 'count_over_time(cap_test{i="0"}[1h])')
+        backfilled = int(result[0]["value"][1])
+        assert written == backfilled * CAP_SERIES  # every kept scrape reached Prometheus
+        assert backfilled >= rows_at_first_drop - 2
+        values = await asyncio.to_thread(prom.query, 'cap_test{i="0"}[1h]')
+        got = [int(float(v)) for _, v in values[0]["values"]]
+        # the target's counter at each scrape: the oldest were dropped, the newest kept
+        assert got == sorted(got) and got[0] > 1 and got[0] == dropped // CAP_SERIES + 1
+        gauge = agent.metrics_registry.get_sample_value(
+            "raven_agent_backfill_samples_dropped_total", {"reason": "cap"}
+        )
+        assert gauge == dropped
+    finally:
+        await agent.stop()
+        await gateway.stop()
+        await target.cleanup()
+        await asyncio.to_thread(prom.stop)
