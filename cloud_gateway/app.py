@@ -54,7 +54,12 @@ class GatewayApp:
             handshake_rate_per_s=config.handshake_rate_per_s,
             handshake_burst=config.handshake_burst,
         )
-        self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
+        self.admin = AdminServer(
+            config.admin_listen,
+            self.metrics_registry,
+            self._ready,
+            token_file=config.admin_token_file,
+        )
         self.admin.add_route("/api/v1/agents", self._api_agents)
         self.admin.add_route("/api/v1/nodes", self._api_nodes)
         self.admin.add_route("/api/v1/targets", self._api_targets)

@@ -49,7 +49,12 @@ class AgentApp:
             resolve_interval_s=config.resolve_interval_s,
             dns_server=config.dns_server,
         )
-        self.admin = AdminServer(config.admin_listen, self.metrics_registry, self._ready)
+        self.admin = AdminServer(
+            config.admin_listen,
+            self.metrics_registry,
+            self._ready,
+            token_file=config.admin_token_file,
+        )
         self.admin.add_route("/api/v1/status", self._api_status)
         self.nodes_served = Gauge(
             "raven_agent_nodes_served",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import math
 from collections.abc import Iterator
@@ -39,6 +40,24 @@ class ProxyContext:
     #: requests in flight per client address and per node (entries dropped at zero)
     by_client: dict[str, int] = field(default_factory=dict)
     by_node: dict[str, int] = field(default_factory=dict)
+    _allowed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = field(
+        init=False, default_factory=list
+    )
+
+    def __post_init__(self) -> None:
+        self._allowed = [ipaddress.ip_network(p) for p in self.config.allowed_clients]
+
+    def client_allowed(self, host: str) -> bool:
+        """Is ``host`` inside proxy.allowed_clients (always, when that list is empty)?"""
+        if not self._allowed:
+            return True
+        try:
+            address = ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in net for net in self._allowed)
 
     @contextlib.contextmanager
     def admit(self, client: str, node: str) -> Iterator[None]:

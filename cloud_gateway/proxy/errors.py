@@ -46,6 +46,7 @@ class ErrorKind(enum.Enum):
     INCOMPLETE = "incomplete_response"
     BAD_CLIENT_HELLO = "bad_client_hello"
     CLIENT_LIMIT = "client_limit"
+    CLIENT_NOT_ALLOWED = "client_not_allowed"
     NODE_LIMIT = "node_limit"
 
     @property
@@ -90,6 +91,8 @@ _TABLE: dict[ErrorKind, _Row] = {
     ErrorKind.INCOMPLETE: _Row(502, "Incomplete Response"),
     ErrorKind.BAD_CLIENT_HELLO: _Row(400, "Bad Client Hello"),
     ErrorKind.CLIENT_LIMIT: _Row(429, "Too Many Requests", retry_after_s=1),
+    # Closed at accept without an answer (status for metrics only).
+    ErrorKind.CLIENT_NOT_ALLOWED: _Row(403, "Client Not Allowed"),
     ErrorKind.NODE_LIMIT: _Row(503, "Node Busy", retry_after_s=1),
 }
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry
 
-from cloud_gateway.proxy.context import ProxyContext, peer_name
+from cloud_gateway.proxy.context import ProxyContext, peer_host, peer_name
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError, error_response
 from cloud_gateway.proxy.http_conn import HttpConnection
 from cloud_gateway.proxy.metrics import ProxyMetrics
@@ -129,6 +129,11 @@ class ProxyServer:
         metrics.active_connections.inc()
         acquired = False
         try:
+            if not self._ctx.client_allowed(peer_host(writer)):
+                exc = ProxyError(ErrorKind.CLIENT_NOT_ALLOWED, "outside proxy.allowed_clients")
+                self._ctx.record_error(exc, "unknown", peer_name(writer))
+                writer.transport.abort()
+                return
             acquired = await self._acquire(writer)
             if acquired:
                 await work

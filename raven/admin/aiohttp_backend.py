@@ -13,7 +13,7 @@ def _request(request: web.Request) -> AdminRequest:
     for key, value in request.query.items():
         query.setdefault(key, value)  # the first of repeated parameters
     headers = {key.lower(): value for key, value in request.headers.items()}
-    return AdminRequest(request.method, request.path, query, headers)
+    return AdminRequest(request.method, request.path, query, headers, request.remote or "")
 
 
 class AiohttpBackend:

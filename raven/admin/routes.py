@@ -12,12 +12,16 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from raven.admin.auth import bearer_matches
+from raven.logthrottle import LogThrottle
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,8 @@ class AdminRequest:
     path: str
     query: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: the client's address, for logs ("" when the backend does not know it)
+    remote: str = ""
 
     def header(self, name: str, default: str = "") -> str:
         return self.headers.get(name.lower(), default)
@@ -91,8 +97,19 @@ class AdminRoutes:
         *,
         exposition: Callable[[], bytes] | None = None,
         metrics_content_type: str = CONTENT_TYPE_LATEST,
+        token: bytes | None = None,
     ) -> None:
         self.registry = registry
+        #: when set, every route that is not public needs ``Authorization: Bearer <token>``
+        self.token = token
+        self._refused: Counter | None = None
+        if token is not None:
+            self._refused = Counter(
+                "raven_admin_unauthorized_total",
+                "Admin requests refused for a missing or wrong bearer token",
+                registry=registry,
+            )
+        self._log_throttle = LogThrottle(clock=time.monotonic)
         self._exposition = exposition or (lambda: generate_latest(registry))
         self._metrics_content_type = metrics_content_type
         self._routes: dict[tuple[str, str], Route] = {}
@@ -134,6 +151,11 @@ class AdminRoutes:
             if any(path == request.path for _, path in self._routes):
                 return AdminResponse.text("method not allowed\n", 405)
             return AdminResponse.text("not found\n", 404)
+        token = self.token
+        if not (
+            route.public or token is None or bearer_matches(request.header("authorization"), token)
+        ):
+            return self._unauthorized(request)
         try:
             result = route.handler(request)
             if inspect.isawaitable(result):
@@ -144,6 +166,18 @@ class AdminRoutes:
             return AdminResponse.text("internal error\n", 500)
         assert isinstance(result, AdminResponse)
         return result
+
+    def _unauthorized(self, request: AdminRequest) -> AdminResponse:
+        if self._refused is not None:
+            self._refused.inc()
+        self._log_throttle.log(log, logging.WARNING, "admin unauthorized",
+                               "admin request refused: missing or wrong bearer token path=%s "
+                               "peer=%s", request.path, request.remote or "-")  # fmt: skip
+        return AdminResponse(
+            status=401,
+            body=b"unauthorized: this admin route needs Authorization: Bearer <token>\n",
+            headers={"WWW-Authenticate": 'Bearer realm="raven-admin"'},
+        )
 
     def _metrics(self, _request: AdminRequest) -> AdminResponse:
         return AdminResponse(

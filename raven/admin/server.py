@@ -7,6 +7,7 @@ imported only when the server starts, so a process can swap in another without c
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -14,12 +15,20 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from raven.admin.auth import read_token_file
 from raven.admin.routes import AdminRequest, AdminResponse, AdminRoutes, Handler, ReadyCheck
 from raven.hostport import parse_hostport
 
 log = logging.getLogger(__name__)
 
 Dispatch = Callable[[AdminRequest], Awaitable[AdminResponse]]
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class AdminBackend(Protocol):
@@ -51,11 +60,16 @@ class AdminServer:
         exposition: Callable[[], bytes] | None = None,
         metrics_content_type: str = CONTENT_TYPE_LATEST,
         backend: AdminBackend | None = None,
+        token_file: str | None = None,
     ) -> None:
         self.host, self.port = parse_hostport(listen)
         self.registry = registry
+        token = read_token_file(token_file) if token_file else None
         self.routes = AdminRoutes(
-            registry, exposition=exposition, metrics_content_type=metrics_content_type
+            registry,
+            exposition=exposition,
+            metrics_content_type=metrics_content_type,
+            token=token,
         )
         if ready is not None:
             self.routes.add_ready_check(ready)
@@ -82,6 +96,12 @@ class AdminServer:
         self.bound = await backend.start(self.host, self.port, self.routes.dispatch)
         self._running = backend
         log.info("admin listening addr=%s:%d", self.host, self.bound[1])
+        if self.routes.token is None and not _is_loopback(self.host):
+            private = sorted(r.path for r in self.routes.routes if not r.public)
+            if private:
+                log.warning("admin routes %s are served without authentication on %s: set "
+                            "admin_token_file (docs/security.md)", ", ".join(private),
+                            self.host or "every address")  # fmt: skip
 
     async def stop(self) -> None:
         running, self._running = self._running, None

@@ -108,8 +108,14 @@ class AgentConfig:
         default=None,
     )
     admin_listen: str = doc(
-        "Admin API: /metrics, /healthz, /readyz.",
-        default=f"0.0.0.0:{defaults.AGENT_ADMIN_PORT}",
+        "Admin API: /metrics, /healthz, /readyz (loopback by default; 0.0.0.0:10266 to be "
+        "scraped from elsewhere).",
+        default=f"127.0.0.1:{defaults.AGENT_ADMIN_PORT}",
+    )
+    admin_token_file: str | None = doc(
+        "File (mode 0600) with the bearer token every admin route other than /metrics, "
+        "/healthz and /readyz requires (docs/security.md).",
+        default=None,
     )
     reconnect: ReconnectConfig = doc("Reconnect backoff.", default_factory=ReconnectConfig)
     limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)

@@ -101,6 +101,11 @@ class ProxyConfig:
         "Retry-After.",
         default=64,
     )
+    allowed_clients: list[str] = doc(
+        "Client address prefixes (CIDR) the proxy listeners serve; others are closed at "
+        "accept (counted, one log line). Empty: every client.",
+        default_factory=list,
+    )
     max_streams_per_node: int = doc(
         "Requests (and CONNECT tunnels) in flight to one node; beyond it: 503 with Retry-After "
         "(no client can take all of a tunnel's streams).",
@@ -109,6 +114,8 @@ class ProxyConfig:
 
     def __post_init__(self) -> None:
         check_hostport("http_listen", self.http_listen)
+        for prefix in self.allowed_clients:
+            parse_prefix(prefix)
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,15 @@ class GatewayConfig:
     )
     tunnel_listen: str = doc("Where agents connect.", default=f"0.0.0.0:{defaults.TUNNEL_PORT}")
     admin_listen: str = doc(
-        "Admin API: /metrics, /healthz, /readyz, /api/v1/*.",
-        default=f"0.0.0.0:{defaults.GATEWAY_ADMIN_PORT}",
+        "Admin API: /metrics, /healthz, /readyz, /api/v1/* (loopback by default; 0.0.0.0:10265 "
+        "for probes and scrapes from elsewhere, with admin_token_file).",
+        default=f"127.0.0.1:{defaults.GATEWAY_ADMIN_PORT}",
+    )
+    admin_token_file: str | None = doc(
+        "File (mode 0600) with the bearer token every admin route other than /metrics, "
+        "/healthz and /readyz requires: the agents and nodes API, http_sd targets, the status "
+        "page (docs/security.md).",
+        default=None,
     )
     agents: list[AuthorisedAgent] = doc("The authorised agents.", default_factory=list)
     node_ttl_s: float = doc(

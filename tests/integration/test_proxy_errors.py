@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
 import pytest
@@ -210,3 +211,16 @@ async def test_scrape_timeout_is_capped_by_max_timeout(target_port: int) -> None
             {"X-Prometheus-Scrape-Timeout-Seconds": "3600"},
         )
     assert got[:2] == (504, "Scrape Timeout")
+
+
+async def test_clients_outside_the_allow_list_are_closed_at_accept(target_port: int) -> None:
+    path = f"/proxy/edge-gpu-1:{target_port}/metrics"
+    async with running_proxy(direct(), allowed_clients=["127.0.0.2/32"]) as (proxy, reg, _):
+        reader, writer = await _send(proxy.http_address, path, source="127.0.0.1")
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # no answer at all
+        writer.close()
+        reader, writer = await _send(proxy.http_address, path, source="127.0.0.2")
+        assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 200")
+        writer.close()
+    assert sample(reg, "raven_proxy_errors_total", reason="client_not_allowed") == 1
