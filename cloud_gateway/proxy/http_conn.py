@@ -23,6 +23,7 @@ from cloud_gateway.proxy.exchange import CutConnection, Exchange, open_target
 from cloud_gateway.proxy.heads import BodyKind, HeadReader, RequestHead, parse_request_head
 from cloud_gateway.proxy.relay import relay
 from cloud_gateway.proxy.target import Mode, Target, resolve_target
+from raven.transport.reset import abort_with_rst
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 
@@ -163,7 +164,7 @@ class HttpConnection:
         except CutConnection as cut:
             ctx.record_error(cut.error, target.mode.value, self.peer, target.node, cut.status)
             ctx.metrics.response_bytes.inc(cut.response_bytes)
-            self.writer.transport.abort()
+            abort_with_rst(self.writer.transport)
             return False
         except ProxyError as exc:
             self._fail(exc, target.mode.value, target.node, close=True)

@@ -16,6 +16,7 @@ from cloud_gateway.proxy.target import Target
 from raven.logs import fields
 from raven.protocol.codes import StreamCode
 from raven.transport.pump import PumpEnd, PumpResult, pump
+from raven.transport.reset import abort_with_rst
 from raven.transport.stream import ByteStream, StreamResetError
 
 log = logging.getLogger("cloud_gateway.proxy")
@@ -43,7 +44,7 @@ async def relay(
         else:
             stream.reset(StreamCode.CANCELLED, "relay ended")
             await stream.aclose()
-            writer.transport.abort()
+            abort_with_rst(writer.transport)
     ctx.metrics.response_bytes.inc(result.to_socket_bytes)
     if result.end is PumpEnd.IDLE:
         log.debug("relay idle mode=%s node=%s peer=%s", target.mode.value, target.node, peer)

@@ -22,6 +22,7 @@ from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.proxy.tls_conn import serve_tls
 from raven.config.gateway import ProxyConfig
 from raven.hostport import parse_hostport
+from raven.transport.reset import abort_with_rst
 from raven.transport.stream import StreamOpener
 
 log = logging.getLogger("cloud_gateway.proxy")
@@ -132,7 +133,7 @@ class ProxyServer:
             if not self._ctx.client_allowed(peer_host(writer)):
                 exc = ProxyError(ErrorKind.CLIENT_NOT_ALLOWED, "outside proxy.allowed_clients")
                 self._ctx.record_error(exc, "unknown", peer_name(writer))
-                writer.transport.abort()
+                abort_with_rst(writer.transport)
                 return
             acquired = await self._acquire(writer)
             if acquired:

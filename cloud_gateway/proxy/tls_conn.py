@@ -22,6 +22,7 @@ from cloud_gateway.proxy.sni import (
     tls_alert,
 )
 from cloud_gateway.proxy.target import Mode, Target, check_node
+from raven.transport.reset import abort_with_rst
 
 _NAME_ERRORS = frozenset(
     {ErrorKind.UNKNOWN_NODE, ErrorKind.IP_LITERAL, ErrorKind.BAD_TARGET, ErrorKind.NO_AGENT}
@@ -85,7 +86,7 @@ async def _serve_tls(
         writer.close()
         return
     except OSError:
-        writer.transport.abort()
+        abort_with_rst(writer.transport)
         return
     ctx.metrics.request(mode, 200)
     await relay(ctx, reader, writer, stream, early=data, target=target, peer=peer)

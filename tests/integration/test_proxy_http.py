@@ -12,6 +12,7 @@ import tracemalloc
 import aiohttp
 import pytest
 
+from raven.transport.reset import abort_with_rst
 from tests.helpers import sample
 from tests.helpers.proxy import (
     GZIPPED,
@@ -213,3 +214,27 @@ async def test_client_gone_mid_response_resets_the_target_stream(target_port: in
                 break
     assert sample(registry, "raven_proxy_errors_total", reason="client_gone") == 1
     assert sample(registry, "raven_proxy_active_connections") == 0
+
+
+async def test_http10_close_delimited_response_cut_short_ends_with_rst() -> None:
+    """An HTTP/1.0 client of a close-delimited response has only the connection's end to
+    tell a whole body from a cut one: when the target dies mid-body the proxy resets the
+    client connection (RST), never closes it cleanly (FIN)."""
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + METRICS[:40])
+        await w.drain()
+        await asyncio.sleep(0.05)
+        abort_with_rst(w.transport)  # the target dies
+
+    async with raw_target(handler) as port, running_proxy(direct()) as (proxy, registry, _):
+        reader, writer = await asyncio.open_connection(*proxy.http_address)
+        writer.write(b"GET /proxy/edge-gpu-1:%d/ HTTP/1.0\r\n\r\n" % port)
+        received = b""
+        with pytest.raises(ConnectionResetError):
+            async with asyncio.timeout(5):
+                while data := await reader.read(65536):
+                    received += data
+        writer.close()
+    assert received.startswith(b"HTTP/1.1 200 OK") and METRICS[:40] in received
+    assert sample(registry, "raven_proxy_errors_total", reason="incomplete_response") == 1
