@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.registry import AgentSession, Registry
+from cloud_gateway.status import ScrapeLog, gateway_status, status_page_html
 from cloud_gateway.tunnel_listener import TunnelListener
 from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.config import defaults
@@ -24,6 +26,7 @@ from raven.process_metrics import process_registry
 from raven.protocol.codes import CloseCode
 from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel, TunnelStream
+from raven.version import version
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,11 @@ class GatewayApp:
         self.admin.add_route("/api/v1/agents", self._api_agents)
         self.admin.add_route("/api/v1/nodes", self._api_nodes)
         self.admin.add_route("/api/v1/targets", self._api_targets)
+        self.admin.add_route("/api/v1/status", self._api_status)
+        # the page holds no data (it fetches api/v1/status, sending a token when asked for one),
+        # so it is served like the probes: a browser cannot add a bearer token to a page load
+        self.admin.add_route("/", self._status_page, public=True)
+        self.started_at = time.time()
         self.backfill: Any = None
         if config.backfill.enabled:
             from cloud_gateway.backfill.receiver import BackfillReceiver
@@ -158,6 +166,15 @@ class GatewayApp:
         if self.listener.bound is None:
             return False, "tunnel listener not up"
         return True, ""
+
+    def _api_status(self, _request: AdminRequest) -> AdminResponse:
+        scrapes = self.proxy.scrapes if self.proxy is not None else ScrapeLog()
+        return AdminResponse.json(
+            gateway_status(self.registry, scrapes, started_at=self.started_at, version=version())
+        )
+
+    def _status_page(self, _request: AdminRequest) -> AdminResponse:
+        return AdminResponse.html(status_page_html())
 
     def _api_agents(self, _request: AdminRequest) -> AdminResponse:
         body = self.registry.agents_json()

@@ -40,6 +40,8 @@ COMMANDS = (
             "raven.commands.services", "register_agent"),
     Command("check-config", "validate gateway or agent config files, reporting every problem "
             "at once", "raven.commands.check_config", "register_check_config"),
+    Command("status", "show a gateway's sites, agents, nodes and errors (table, or JSON)",
+            "raven.commands.status", "register_status"),
     Command("keygen", "print a new private key (base64 X25519, like wg genkey)",
             "raven.commands.keys", "register_keygen"),
     Command("pubkey", "read a private key on stdin, print its public key",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
+from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.logs import fields
 from raven.transport.stream import StreamOpener
@@ -40,6 +41,8 @@ class ProxyContext:
     #: requests in flight per client address and per node (entries dropped at zero)
     by_client: dict[str, int] = field(default_factory=dict)
     by_node: dict[str, int] = field(default_factory=dict)
+    #: Recent results per node, for the status page.
+    scrapes: ScrapeLog = field(default_factory=ScrapeLog)
     _allowed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = field(
         init=False, default_factory=list
     )
@@ -95,6 +98,7 @@ class ProxyContext:
         """Count a failure and log it in one line (client faults at INFO, others at WARNING)."""
         kind = exc.kind
         self.metrics.error(kind)
+        self.scrapes.failed(node, kind.value, kind.status if code is None else code, exc.detail)
         self.metrics.request(mode, kind.status if code is None else code)
         level = logging.INFO if kind.client_fault else logging.WARNING
         log.log(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 from cloud_gateway.proxy.context import (
     READ_BYTES,
@@ -147,7 +148,7 @@ class HttpConnection:
 
     async def _forward(self, req: RequestHead, target: Target) -> bool:
         ctx = self.ctx
-        start = self.loop.time()
+        start = time.monotonic()  # full resolution (uvloop's loop.time() is in ms)
         timeout_s = ctx.scrape_timeout(req.header(b"x-prometheus-scrape-timeout-seconds"))
         close_on_error = not req.keep_alive or req.body is not BodyKind.NONE or ctx.draining
         try:
@@ -155,7 +156,7 @@ class HttpConnection:
         except ProxyError as exc:
             self._fail(exc, target.mode.value, target.node, close=close_on_error)
             return not close_on_error
-        remaining = timeout_s - (self.loop.time() - start)
+        remaining = timeout_s - (time.monotonic() - start)
         exchange = Exchange(
             ctx, reader=self.reader, writer=self.writer, buf=self.buf, req=req, target=target
         )
@@ -171,7 +172,9 @@ class HttpConnection:
             return False
         ctx.metrics.request(target.mode.value, outcome.status)
         ctx.metrics.response_bytes.inc(outcome.response_bytes)
-        ctx.metrics.observe(target.node, self.loop.time() - start)
+        seconds = time.monotonic() - start
+        ctx.metrics.observe(target.node, seconds)
+        ctx.scrapes.ok(target.node, outcome.status, seconds)
         return outcome.keep_alive
 
     async def _connect(self, target: Target) -> None:

@@ -20,6 +20,7 @@ from cloud_gateway.proxy.errors import ErrorKind, ProxyError, error_response
 from cloud_gateway.proxy.http_conn import HttpConnection
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.proxy.tls_conn import serve_tls
+from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.hostport import parse_hostport
 from raven.transport.reset import abort_with_rst
@@ -58,6 +59,11 @@ class ProxyServer:
     def tls_addresses(self) -> list[tuple[str, int]]:
         """Bound (host, port) of each TLS listener, in ``config.tls_listeners`` order."""
         return list(self._tls_addresses)
+
+    @property
+    def scrapes(self) -> ScrapeLog:
+        """Recent results per node (the status page reads them)."""
+        return self._ctx.scrapes
 
     @property
     def draining(self) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,6 +36,10 @@ from raven.transport.stream import (
 )
 
 log = logging.getLogger(__name__)
+
+#: The protocol's clock: CLOCK_MONOTONIC like the event loop's timers, at full resolution
+#: (uvloop's loop.time() is cached in whole milliseconds, too coarse for loopback RTTs).
+_now = time.monotonic
 
 #: Transport write buffer above which we stop pulling stream data into records.
 WRITE_HIGH_WATER_BYTES = 1024 * 1024
@@ -215,7 +220,7 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def data_received(self, data: bytes) -> None:
-        self.conn.receive_data(data, self.loop.time())
+        self.conn.receive_data(data, _now())
         self._after_io()
 
     def eof_received(self) -> bool | None:
@@ -364,7 +369,7 @@ class Tunnel(asyncio.Protocol):
         self._in_flush = True
         try:
             while not self._write_paused and self.transport is not None:
-                data = self.conn.data_to_send(WRITE_CHUNK_BYTES, self.loop.time())
+                data = self.conn.data_to_send(WRITE_CHUNK_BYTES, _now())
                 if not data:
                     break
                 self.transport.write(data)
@@ -387,7 +392,7 @@ class Tunnel(asyncio.Protocol):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self.conn.handle_timer(self.loop.time())
+        self.conn.handle_timer(_now())
         self._after_io()
 
     def _process_events(self) -> None:

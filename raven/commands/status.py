@@ -1,0 +1,122 @@
+"""`raven status --gateway URL`: what the gateway's status page shows, as terminal tables (or
+JSON for scripts), read from the gateway's admin API (``/api/v1/status``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from raven.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+#: The admin bearer token, when the gateway requires one (or --token-file).
+TOKEN_ENV = "RAVEN_ADMIN_TOKEN"  # noqa: S105 - a variable name, not a secret
+#: Largest status document read (a gateway with ~10,000 nodes answers a few MiB).
+MAX_BYTES = 64 * 1024 * 1024
+
+
+def register_status(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "status",
+        description="Show a gateway's sites, agents, nodes and recent errors: the data of its "
+        "status page (http://GATEWAY:10265/), read from its admin API.",
+    )
+    p.add_argument(
+        "--gateway",
+        "-g",
+        default="http://127.0.0.1:10265",
+        metavar="URL",
+        help="the gateway's admin URL (default %(default)s)",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        choices=["table", "json"],
+        default="table",
+        help="table for people, json (the /api/v1/status document) for scripts",
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help=f"file holding the admin bearer token (default: ${TOKEN_ENV} when set)",
+    )
+    p.add_argument("--timeout-s", type=float, default=10.0, help="give up after this many seconds")
+    p.set_defaults(func=_status)
+    return p
+
+
+class StatusError(Exception):
+    """The status could not be read; the message says why and what to do."""
+
+
+def fetch_status(url: str, token: str | None, timeout_s: float) -> dict[str, Any]:
+    """GET ``url``/api/v1/status; StatusError with a one-line reason on any failure."""
+    api = url.rstrip("/") + "/api/v1/status"
+    if not api.startswith(("http://", "https://")):
+        raise StatusError(f"--gateway {url!r}: give an http:// or https:// URL")
+    request = urllib.request.Request(api, headers={"Accept": "application/json"})  # noqa: S310
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only
+            body = resp.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise StatusError(
+                f"{api}: HTTP {exc.code}: the admin API needs a token; pass --token-file FILE "
+                f"or set {TOKEN_ENV}"
+            ) from None
+        raise StatusError(
+            f"{api}: HTTP {exc.code}; is this a Raven gateway's admin port?"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StatusError(
+            f"{api}: {reason}; is the gateway running and --gateway its admin address "
+            "(port 10265 by default)?"
+        ) from None
+    if len(body) > MAX_BYTES:
+        raise StatusError(f"{api}: answer larger than {MAX_BYTES} bytes")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise StatusError(f"{api}: not JSON; is this a Raven gateway's admin port?") from None
+    if not isinstance(data, dict) or not {"agents", "nodes", "errors"} <= set(data):
+        raise StatusError(f"{api}: not a Raven status document (a gateway older than 0.2?)")
+    return data
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        try:
+            return str(args.token_file.read_text()).strip()
+        except OSError as exc:
+            raise StatusError(f"--token-file {args.token_file}: {exc.strerror or exc}") from None
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _status(args: argparse.Namespace) -> int:
+    from raven.status_table import render_status
+
+    try:
+        token = _token(args)
+    except StatusError as exc:
+        print(f"raven status: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        data = fetch_status(args.gateway, token, args.timeout_s)
+    except StatusError as exc:
+        print(f"raven status: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    if args.output == "json":
+        json.dump(data, sys.stdout, indent=2)
+        print()
+    else:
+        print(render_status(data), end="")
+    return EXIT_OK

@@ -1,0 +1,106 @@
+"""The gateway status document (``/api/v1/status``) as plain terminal tables, shared by
+`raven status` and the demo's live view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """Milliseconds with sub-millisecond resolution: ``0.42 ms``, ``12.3 ms``, ``250 ms``."""
+    if seconds is None:
+        return "-"
+    v = seconds * 1000
+    return f"{v:.2f} ms" if v < 10 else f"{v:.1f} ms" if v < 100 else f"{v:.0f} ms"
+
+
+def fmt_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """Columns padded like kubectl's tables; columns in ``right`` are right-aligned."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]  # fmt: skip
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)]) + "\n"
+
+
+def agents_table(agents: list[dict[str, Any]]) -> str:
+    rows = [
+        [a["site"], a["state"], a["agent_key"], a["address"] or "-", fmt_ms(a["rtt_seconds"]),
+         fmt_age(a["uptime_seconds"]), fmt_bytes(a["bytes_sent"]),
+         fmt_bytes(a["bytes_received"]), str(a["open_streams"]), str(a["nodes"])]
+        for a in agents
+    ]  # fmt: skip
+    headers = ["SITE", "STATE", "KEY", "ADDRESS", "RTT", "UPTIME", "SENT", "RECEIVED",
+               "STREAMS", "NODES"]  # fmt: skip
+    return table(headers, rows, right={4, 5, 6, 7, 8, 9})
+
+
+def _result(n: dict[str, Any]) -> str:
+    if n["result"] is None:
+        return "-"
+    return f"ok {n['status']}" if n["result"] == "ok" else str(n["result"])
+
+
+def nodes_table(nodes: list[dict[str, Any]]) -> str:
+    rows = [
+        [n["node"], n["site"] or "(no agent)",
+         f"{fmt_age(n['last_scrape_age_seconds'])} ago" if n["last_scrape"] else "never",
+         _result(n), fmt_ms(n["latency_p50_seconds"]), fmt_ms(n["latency_p99_seconds"]),
+         str(n["scrapes_ok"]), str(n["scrapes_failed"]), (n["last_error"] or "")[:60]]
+        for n in nodes
+    ]  # fmt: skip
+    headers = ["NODE", "SITE", "LAST SCRAPE", "RESULT", "P50", "P99", "OK", "FAILED",
+               "LAST ERROR"]  # fmt: skip
+    return table(headers, rows, right={4, 5, 6, 7})
+
+
+def errors_table(errors: list[dict[str, Any]]) -> str:
+    rows = [[e["reason"], str(e["count"]), e["last_at"], e["last_node"] or "-",
+             (e["last_detail"] or "")[:70]] for e in errors]  # fmt: skip
+    return table(["REASON", "COUNT", "LAST", "NODE", "DETAIL"], rows, right={1})
+
+
+def render_status(data: dict[str, Any]) -> str:
+    """Agents, nodes and errors, each as a table with a one-line heading."""
+    gw = data.get("gateway", {})
+    agents, nodes, errors = data["agents"], data["nodes"], data["errors"]
+    up = sum(1 for a in agents if a["state"] == "up")
+    reachable = sum(1 for n in nodes if n["reachable"])
+    out = [
+        f"gateway {gw.get('version', '?')}, up {fmt_age(gw.get('uptime_seconds'))}: "
+        f"{up}/{len(agents)} agents up, {reachable}/{len(nodes)} nodes reachable\n\n",
+        agents_table(agents) if agents else "no agents authorised\n",
+        "\n",
+        nodes_table(nodes) if nodes else "no nodes registered\n",
+        "\n",
+        errors_table(errors) if errors else "no errors\n",
+    ]
+    return "".join(out)

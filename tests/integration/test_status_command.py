@@ -1,0 +1,56 @@
+"""`raven status` reads a running gateway's admin API: a table, or JSON for scripts; a wrong
+address is one line saying what to check."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raven.demo.runner import Demo
+from raven.demo.topology import build_topology
+from tests.helpers import free_port
+
+
+def raven(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "raven.cli", *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+@pytest.mark.integration
+async def test_status_table_and_json(tmp_path: Path) -> None:
+    demo = Demo(build_topology(tmp_path, sites=1, nodes_per_site=2), with_hosts_generator=False)
+    await demo.start()
+    try:
+        assert await demo.wait_registered()
+        for node in demo.topology.nodes:
+            assert (await demo.scrape(node, "path")).ok
+        url = f"http://{demo.topology.host}:{demo.admin_port}"
+        table = await asyncio.to_thread(raven, "status", "--gateway", url)
+        as_json = await asyncio.to_thread(raven, "status", "-g", url, "-o", "json")
+    finally:
+        await demo.stop()
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].endswith("1/1 agents up, 2/2 nodes reachable")
+    assert any(line.startswith("site-a") and " up " in line for line in lines)
+    assert any(line.startswith("site-a-gpu-1") and "ok 200" in line for line in lines)
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert [a["site"] for a in data["agents"]] == ["site-a"]
+    assert [n["node"] for n in data["nodes"]] == ["site-a-gpu-1", "site-a-gpu-2"]
+    assert all(n["latency_p50_seconds"] > 0 for n in data["nodes"])
+
+
+def test_status_of_nothing_says_what_to_check() -> None:
+    proc = raven("status", "--gateway", f"http://127.0.0.1:{free_port()}")
+    assert proc.returncode == 1
+    assert "Connection refused; is the gateway running" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = raven("status", "--gateway", "ftp://x")
+    assert proc.returncode == 1
+    assert "give an http:// or https:// URL" in proc.stderr

@@ -1,0 +1,65 @@
+"""The gateway's status page in a real headless Chromium: it loads with no console errors,
+shows the demo's agents and nodes, and updates when an agent stops."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from raven.demo.runner import Demo
+from raven.demo.topology import build_topology
+from tests.cdp import Browser, chromium_binary
+
+
+def rows_when(table: str, predicate: str) -> str:
+    """JavaScript: the rows of ``table`` as text (cells tab-separated) once ``predicate``
+    (over ``r``, the row texts) holds, else false."""
+    rows = f"[...document.querySelectorAll('#{table} tbody tr')].map(row => row.innerText)"
+    return f"(r => ({predicate}) && r)({rows})"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(chromium_binary() is None, reason="chromium missing: run scripts/setup as root")
+async def test_status_page_shows_the_demo_and_follows_an_agent_stopping(tmp_path: Path) -> None:
+    demo = Demo(build_topology(tmp_path, sites=2, nodes_per_site=2), with_hosts_generator=False)
+    browser = Browser()
+    await demo.start()
+    try:
+        assert await demo.wait_registered()
+        for node in demo.topology.nodes:  # one scrape each, so nodes have a result and latency
+            assert (await demo.scrape(node, "dns")).ok
+        await browser.start()
+        await browser.goto(f"http://{demo.topology.host}:{demo.admin_port}/")
+        assert await browser.evaluate("document.title") == "Raven gateway"
+        agents = await browser.wait_for(
+            rows_when("agents", "r.length == 2 && r.every(t => t.includes('\\tup\\t'))")
+        )
+        assert [row.split("\t")[0] for row in agents] == ["site-a", "site-b"]
+        nodes = await browser.wait_for(
+            rows_when("nodes", "r.length == 4 && r.every(t => t.includes('ok 200'))")
+        )
+        assert [row.split("\t")[0] for row in nodes] == [n.name for n in demo.topology.nodes]
+        assert all(" ms" in row for row in nodes)  # p50 and p99 latencies are shown
+
+        await demo.agents.pop("site-b").stop()
+        agents = await browser.wait_for(
+            rows_when("agents", "r.some(t => t.startsWith('site-b\\tdown'))")
+        )
+        assert any(row.startswith("site-a\tup") for row in agents)
+        nodes = await browser.wait_for(
+            rows_when("nodes", "r.filter(t => t.includes('(no agent)')).length == 2")
+        )
+        summary = await browser.evaluate("document.getElementById('summary').innerText")
+        assert summary.startswith("1 of 2 agents up, 2 of 4 nodes reachable")
+        assert browser.errors == []
+        await browser.evaluate("console.error('probe')")  # the error capture itself works
+        for _ in range(200):  # the console event arrives on its own, after the call's answer
+            if browser.errors:
+                break
+            await asyncio.sleep(0.05)
+        assert browser.errors == ["probe"]
+    finally:
+        await browser.close()
+        await demo.stop()
