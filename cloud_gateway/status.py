@@ -150,7 +150,7 @@ def _agent_rows(registry: Registry, now: float) -> list[dict[str, Any]]:
 
 def _node_rows(registry: Registry, scrapes: ScrapeLog, now: float) -> list[dict[str, Any]]:
     rows = []
-    for node in sorted(registry.seen_nodes | set(registry.node_index)):
+    for node in sorted(set(registry.seen_nodes) | set(registry.node_index)):
         sessions = registry.agents_for(node)
         state = scrapes.nodes.get(node)
         durations = list(state.durations) if state is not None else []
