@@ -26,6 +26,10 @@ LABEL org.opencontainers.image.title="raven" \
 ENV PATH=/opt/raven/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+# iproute2: the L3 path configures its TUN device and routes with `ip`.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends iproute2 \
+    && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 raven \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin raven
@@ -33,5 +37,9 @@ COPY --from=build /opt/raven /opt/raven
 # tunnel, TLS (SNI) proxy, HTTP proxy, gateway admin, agent admin, hosts admin, GPU exporter
 EXPOSE 10262 10263 10264 10265 10266 10267 9400
 USER 10001:10001
+# Healthy when the process's admin endpoint answers /healthz: gateway 10265, agent 10266, hosts
+# generator 10267, GPU exporter 9400 (whichever this container runs; Kubernetes uses its probes).
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request as u\nfor p in (10265, 10266, 10267, 9400):\n    try:\n        u.urlopen(f'http://127.0.0.1:{p}/healthz', timeout=1); sys.exit(0)\n    except Exception: pass\nsys.exit(1)"]
 ENTRYPOINT ["raven"]
 CMD ["--help"]

@@ -172,6 +172,19 @@ def test_dockerfile_copies_existing_sources_and_runs_unprivileged() -> None:
     assert re.search(r'^ENTRYPOINT \["raven"\]$', text, re.M)
     exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", text, re.M).group(1).split()}  # type: ignore[union-attr]
     assert {10262, 10263, 10264, 10265, 10266, 10267, 9400} <= exposed
+    assert re.search(r"apt-get install -y --no-install-recommends iproute2", text), "L3 runs `ip`"
+    health = re.search(r"^HEALTHCHECK .*\n\s+CMD (\[.+\])$", text, re.M)
+    assert health is not None
+    probe = json.loads(health.group(1))
+    compile(probe[2], "HEALTHCHECK", "exec")  # the probe is valid Python
+    assert all(f"{p}" in probe[2] for p in (10265, 10266, 10267, 9400))
+
+
+def test_keygen_has_the_capabilities_its_writes_need(compose: dict[str, Any]) -> None:
+    """Root without DAC_OVERRIDE cannot write into ./compose, which the host user owns."""
+    keygen = compose["services"]["keygen"]
+    assert keygen["user"] == "0:0" and keygen["cap_drop"] == ["ALL"]
+    assert set(keygen["cap_add"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER"}
 
 
 # --- networks: Prometheus cannot reach the edge -----------------------------------------------

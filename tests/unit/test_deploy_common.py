@@ -1,9 +1,11 @@
 """Helpers shared by the deployment tests (kustomize, Helm), and tests of the helpers themselves.
 
 - :func:`validate_object`: a Kubernetes object against the official JSON schemas shipped by
-  `kubernetes-validate` (strict: unknown fields are errors). ServiceMonitor is a CRD whose schema
-  is not in that package; it is checked against :data:`SERVICE_MONITOR_SCHEMA`, a subset of the
-  prometheus-operator CRD schema covering the fields we use.
+  `kubernetes-validate` (strict: unknown fields are errors); ServiceMonitor, PodMonitor,
+  PrometheusRule and ScrapeConfig against the Prometheus Operator CRD schemas vendored in
+  tests/fixtures/crds/ (strict too).
+- :func:`pod_security_violations`: the Pod Security Standards "restricted" profile (baseline
+  included) for a pod spec.
 - :func:`strategic_merge`: the part of Kubernetes' strategic merge patch that our patches use
   (maps merge; lists of containers/volumes/... merge on their patch merge key; other lists are
   replaced). Anything else is not implemented.
@@ -13,6 +15,8 @@
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import re
 import shutil
 import subprocess
@@ -41,59 +45,21 @@ MERGE_KEYS = {
     "imagePullSecrets": "name",
 }
 
-SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "additionalProperties": False,
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "ServiceMonitor"},
-        "metadata": {
-            "type": "object",
-            "required": ["name", "namespace"],
-            "properties": {
-                "name": {"type": "string"},
-                "namespace": {"type": "string"},
-                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            },
-        },
-        "spec": {
-            "type": "object",
-            "required": ["selector", "endpoints"],
-            "additionalProperties": False,
-            "properties": {
-                "selector": {
-                    "type": "object",
-                    "properties": {
-                        "matchLabels": {
-                            "type": "object",
-                            "additionalProperties": {"type": "string"},
-                        }
-                    },
-                    "additionalProperties": False,
-                },
-                "namespaceSelector": {"type": "object"},
-                "jobLabel": {"type": "string"},
-                "endpoints": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["port"],
-                        "properties": {
-                            "port": {"type": "string"},
-                            "path": {"type": "string", "pattern": "^/"},
-                            "scheme": {"enum": ["http", "https"]},
-                            "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-                            "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-                        },
-                    },
-                },
-            },
-        },
-    },
+#: The Prometheus Operator CRD schemas, vendored (tests/fixtures/crds/README.md names the source
+#: and version), keyed by (apiVersion, kind).
+CRD_DIR = ROOT / "tests" / "fixtures" / "crds"
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule.json",
+    ("monitoring.coreos.com/v1alpha1", "ScrapeConfig"): "scrapeconfig.json",
 }
+
+
+@functools.cache
+def crd_schema(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads((CRD_DIR / name).read_text())
+    return schema
 
 
 #: What the API server's validation adds to the JSON schemas (which do not encode it):
@@ -105,8 +71,14 @@ _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 def validate_object(obj: dict[str, Any]) -> None:
     """Raise if ``obj`` is not a valid Kubernetes object of its kind."""
-    if obj.get("kind") == "ServiceMonitor":
-        jsonschema.validate(obj, SERVICE_MONITOR_SCHEMA)
+    crd = CRD_SCHEMAS.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+    if crd is not None:
+        jsonschema.validate(obj, crd_schema(crd))
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]},
+            K8S_VERSION,
+            strict=True,
+        )  # the metadata, against ObjectMeta
     else:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     _api_server_rules(obj)
@@ -196,7 +168,6 @@ def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
         else:
             assert pod_sc.get("runAsNonRoot") is True, name
         assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", name
-        assert "fsGroup" not in pod_sc, f"{name}: fsGroup makes key files group-readable"
         for c in spec.get("initContainers", []) + spec["containers"]:
             sc = c["securityContext"]
             where = f"{name}/{c['name']}"
@@ -208,7 +179,8 @@ def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
             assert res["limits"]["memory"], where
             added = set(sc["capabilities"].get("add", []))
             if c in spec.get("initContainers", []):
-                assert added == {"CHOWN"} and c["name"] == "key-permissions", where
+                assert not added and c["name"] == "key-permissions", where
+                assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True, where
                 continue
             assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", where
             assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", where
@@ -223,8 +195,9 @@ def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
                 assert not added, f"{where}: L7 needs no capability"
                 assert gpu or sc.get("runAsUser", 10001) != 0, where
         for v in spec.get("volumes", []):
-            if "secret" in v:
-                assert v["secret"]["defaultMode"] == 0o400, f"{name}: secret {v['name']}"
+            if "secret" in v:  # read by the init container only (fsGroup), never by the app
+                assert v["secret"]["defaultMode"] == 0o440, f"{name}: secret {v['name']}"
+                assert pod_sc.get("fsGroup") == pod_sc.get("runAsGroup"), name
             if "hostPath" in v and gpu:
                 assert v["hostPath"]["path"] == "/var/lib/kubelet/pod-resources", name
                 mount = next(
@@ -239,20 +212,67 @@ def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
 
 
 def check_key_copy(w: dict[str, Any]) -> None:
-    """The init container copies the Secret's key to a memory emptyDir, 0600, owned by the app."""
+    """The non-root init container copies the Secret's key to a memory emptyDir, mode 0600,
+    owned by the running user (Raven refuses a key others can read)."""
     spec = pod_spec(w)
     init = spec["initContainers"][0]
-    script = " ".join(init["args"])
     app = spec["containers"][0]
-    uid = spec["securityContext"]["runAsUser"]
-    assert "chmod 0600" in script and f"chown {uid}:{uid}" in script
-    keys_vol = next(v for v in spec["volumes"] if v["name"] == "keys")
-    assert keys_vol["emptyDir"]["medium"] == "Memory"
     init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
     app_mounts = {m["name"]: m["mountPath"] for m in app["volumeMounts"]}
+    assert init["command"] == [
+        "install",
+        "-m",
+        "0600",
+        f"{init_mounts['key-secret']}/private.key",
+        f"{init_mounts['keys']}/private.key",
+    ]
+    keys_vol = next(v for v in spec["volumes"] if v["name"] == "keys")
+    assert keys_vol["emptyDir"]["medium"] == "Memory"
     assert init_mounts["keys"] == app_mounts["keys"]
     assert "key-secret" not in app_mounts, "the app must read the 0600 copy, not the Secret"
-    assert f"cp {init_mounts['key-secret']}/private.key {init_mounts['keys']}/private.key" in script
+
+
+#: Volume types Pod Security "restricted" allows.
+_RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "projected", "secret",
+}  # fmt: skip
+
+
+def pod_security_violations(spec: dict[str, Any]) -> list[str]:
+    """Where ``spec`` breaks the Pod Security Standards "restricted" profile (v1.30; it
+    includes "baseline"): host namespaces, privileged, capabilities, hostPath and other volume
+    types, hostPort, runAsNonRoot, runAsUser 0, seccomp, privilege escalation."""
+    out: list[str] = []
+    pod_sc = spec.get("securityContext", {})
+    out += [f"{k}: true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    for v in spec.get("volumes", []):
+        kind = next(k for k in v if k != "name")
+        if kind not in _RESTRICTED_VOLUMES:
+            out.append(f"volume {v['name']}: {kind}")
+    pod_seccomp = pod_sc.get("seccompProfile", {}).get("type")
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        sc = c.get("securityContext", {})
+        where = c["name"]
+        if sc.get("privileged"):
+            out.append(f"{where}: privileged")
+        caps = sc.get("capabilities", {})
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            out.append(f"{where}: adds {caps['add']}")
+        if "ALL" not in caps.get("drop", []):
+            out.append(f"{where}: does not drop ALL capabilities")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            out.append(f"{where}: hostPort")
+        if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is not True:
+            out.append(f"{where}: runAsNonRoot is not true")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            out.append(f"{where}: runAsUser 0")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{where}: allowPrivilegeEscalation is not false")
+        seccomp = sc.get("seccompProfile", {}).get("type", pod_seccomp)
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{where}: seccompProfile {seccomp}")
+    return out
 
 
 def fill_placeholders(text: str, values: dict[str, str]) -> str:
@@ -337,7 +357,52 @@ def test_validator_rejects_invalid_objects() -> None:
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
         "metadata": {"name": "m", "namespace": "n"},
-        "spec": {"selector": {"matchLabels": {"a": "b"}}, "endpoints": [{"port": 10265}]},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "endpoints": [{"port": "admin"}]},
     }
+    validate_object(sm)
+    for broken in ({"port": 10265}, {"port": "admin", "intervl": "30s"}):
+        bad_sm = copy.deepcopy(sm)
+        bad_sm["spec"]["endpoints"] = [broken]
+        with pytest.raises(jsonschema.ValidationError):
+            validate_object(bad_sm)
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "r", "namespace": "n"},
+        "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up == 0"}]}]},
+    }
+    validate_object(rule)
+    rule["spec"]["groups"][0]["rules"][0]["fro"] = "5m"
     with pytest.raises(jsonschema.ValidationError):
-        validate_object(sm)
+        validate_object(rule)
+
+
+def test_pod_security_checker_finds_each_violation() -> None:
+    ok_container = {
+        "name": "c",
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    ok = {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [ok_container],
+        "volumes": [{"name": "s", "secret": {"secretName": "x"}}],
+    }
+    assert pod_security_violations(ok) == []
+    breaks: list[tuple[str, Any]] = [
+        ("hostNetwork", lambda p: p.update(hostNetwork=True)),
+        ("hostPath", lambda p: p["volumes"].append({"name": "h", "hostPath": {"path": "/"}})),
+        ("adds", lambda p: p["containers"][0]["securityContext"]["capabilities"].update(
+            add=["NET_ADMIN"])),
+        ("runAsUser 0", lambda p: p["containers"][0]["securityContext"].update(runAsUser=0)),
+        ("allowPrivilegeEscalation", lambda p: p["containers"][0]["securityContext"].pop(
+            "allowPrivilegeEscalation")),
+        ("seccompProfile", lambda p: p["securityContext"].pop("seccompProfile")),
+        ("runAsNonRoot", lambda p: p["securityContext"].pop("runAsNonRoot")),
+        ("hostPort", lambda p: p["containers"][0].update(ports=[{"containerPort": 1,
+                                                                  "hostPort": 1}])),
+    ]  # fmt: skip
+    for what, make in breaks:
+        pod = copy.deepcopy(ok)
+        make(pod)
+        found = pod_security_violations(pod)
+        assert len(found) == 1 and what in found[0], (what, found)

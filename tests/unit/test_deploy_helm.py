@@ -1,23 +1,22 @@
-"""deploy/helm/raven: rendered by real Helm, validated against the Kubernetes schemas, checked
-for consistency.
+"""deploy/helm/raven: rendered by real Helm over a matrix of values, every object validated
+strictly (Kubernetes schemas, Prometheus Operator CRD schemas), every pod checked against Pod
+Security "restricted", the Raven configs loaded with the real config classes.
 
-Helm is Helm's own Go SDK (v4) from PyPI: ``helm-python-sdk`` (import ``helm_python``, a
-ctypes binding to ``libhelm_c`` shipped in the wheel; the test extras install it). Rendering
-is what ``helm template`` does: values merged over values.yaml, checked against
-values.schema.json, every template and helper run by Go's text/template with Sprig.
+Helm is Helm's own Go SDK (v4) from PyPI: ``helm-python-sdk`` (import ``helm_python``, a ctypes
+binding to ``libhelm_c`` shipped in the wheel; the test extras install it). Rendering is what
+``helm template`` does: values merged over values.yaml, checked against values.schema.json,
+every template run by Go's text/template with Sprig.
 """
 
 from __future__ import annotations
 
-import base64
-import copy
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
-import jsonschema
 import pytest
 import yaml
 
@@ -30,280 +29,373 @@ from tests.unit.test_deploy_common import (
     check_workloads,
     container,
     find,
+    is_l3_container,
+    pod_security_violations,
     pod_spec,
     validate_object,
+    workloads,
 )
 
 CHART = ROOT / "deploy" / "helm" / "raven"
-RELEASE = {"Name": "raven", "Namespace": "raven-system", "Service": "Helm"}
+RELEASE, NAMESPACE = "raven", "raven-system"
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 
 
-# --- rendering the chart with Helm ------------------------------------------------------------
+def render(values: dict[str, Any], release: str = RELEASE) -> list[dict[str, Any]]:
+    """``helm template <release> deploy/helm/raven -n raven-system -f values``."""
+    with helm.Chart.load(str(CHART)) as chart:
+        out = chart.render(values, name=release, namespace=NAMESPACE)
+    objs: list[dict[str, Any]] = []
+    for name in sorted(out):
+        if not name.endswith("NOTES.txt"):
+            objs.extend(d for d in yaml.safe_load_all(out[name]) if d)
+    return objs
 
 
-class Renderer:
-    """``helm template raven deploy/helm/raven -n raven-system -f values``, in process."""
-
-    def __init__(self, chart: Path) -> None:
-        self.chart = chart
-
-    def render(self, values: dict[str, Any]) -> dict[str, str]:
-        with helm.Chart.load(str(self.chart)) as chart:
-            out = chart.render(values, name=RELEASE["Name"], namespace=RELEASE["Namespace"])
-        return {k: v for k, v in out.items() if not k.endswith("NOTES.txt")}
+def public_key() -> str:
+    return keys.encode_key(keys.public_key(keys.generate_private_key()))
 
 
-# --- rendering the chart ----------------------------------------------------------------------
+def site(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "publicKey": public_key(),
+        "existingSecret": f"raven-agent-key-{name}",
+        "nodes": [f"{name}-*"],
+        **extra,
+    }
 
 
-def default_values() -> dict[str, Any]:
-    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
-    return values
+def base_values() -> dict[str, Any]:
+    return {"gateway": {"publicKey": public_key(), "existingSecret": "raven-gateway-key"}}
 
 
-def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in override.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merged(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-def keypair() -> tuple[str, str]:
-    private = keys.generate_private_key()
-    return keys.encode_key(private), keys.encode_key(keys.public_key(private))
-
-
-def example_values(*, l3: bool = False, extras: bool = True) -> dict[str, Any]:
-    gw_priv, gw_pub = keypair()
-    a_priv, a_pub = keypair()
-    _b_priv, b_pub = keypair()
-    sites: list[dict[str, Any]] = [
-        {"name": "site-a", "publicKey": a_pub, "privateKey": a_priv, "nodes": ["site-a-*"]},
-        {
-            "name": "site-b",
-            "publicKey": b_pub,
-            "existingSecret": "site-b-key",
-            "nodes": ["site-b-gpu-1", "site-b-gpu-2"],
-            "allowedPorts": [9400, 10266],
-        },
-    ]
+def two_sites(*, l3: bool = False) -> dict[str, Any]:
+    """A named and a numeric site ("123" stays a string only if the chart quotes it)."""
+    sites = [site("site-a"), site("123", allowedPorts=[9400, 10250])]
     if l3:
         sites[0] |= {"prefixes": ["192.168.50.0/24"], "tunAddress": "10.99.0.2/24"}
         sites[1] |= {"prefixes": ["192.168.60.0/24"], "tunAddress": "10.99.0.3/24"}
-    override: dict[str, Any] = {
-        "gateway": {"publicKey": gw_pub, "privateKey": gw_priv},
-        "sites": sites,
-        "l3": {"enabled": l3},
-        "serviceMonitor": {"enabled": extras},
-        "grafanaDashboard": {"enabled": extras},
+    values = base_values() | {"sites": sites, "l3": {"enabled": l3}}
+    values["gateway"]["extraConfig"] = {"handshake_rate_per_s": 5.0}
+    values["agent"] = {"extraConfig": {"reconnect": {"max_backoff_s": 10.0}}}
+    return values
+
+
+KPS_LABELS = {"release": "kube-prometheus-stack"}
+
+
+def kube_prometheus_stack() -> dict[str, Any]:
+    """The values docs/kubernetes.md gives for kube-prometheus-stack."""
+    values = two_sites()
+    monitoring = {"enabled": True, "namespace": "monitoring", "additionalLabels": KPS_LABELS}
+    values |= {
+        "serviceMonitor": dict(monitoring),
+        "scrapeConfig": monitoring | {"ports": [9400, 9100]},
+        "prometheusRule": dict(monitoring),
+        "grafanaDashboards": {"enabled": True, "namespace": "monitoring"},
+        "imagePullSecrets": ["regcred", {"name": "other"}],
+        "global": {"imagePullSecrets": ["global-cred"]},
+        "commonLabels": {"team": "gpu-platform"},
     }
-    if extras:
-        override["gateway"]["extraConfig"] = {"handshake_rate_per_s": 5.0}
-        override["agent"] = {"extraConfig": {"reconnect": {"max_backoff_s": 10.0}}}
-    return merged(default_values(), override)
+    values["agent"]["services"] = ["gpu-operator/nvidia-dcgm-exporter"]
+    return values
 
 
-def objects(rendered: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
-    for name, text in rendered.items():
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                assert isinstance(doc, dict), name
-                out.append(doc)
-    return out
+def documented_values() -> dict[str, Any]:
+    """The ``values-kps.yaml`` block of docs/kubernetes.md, public keys filled in."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    block = text.split("<!-- values: kube-prometheus-stack -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    for placeholder in ("<gateway.pub>", "<site-a.pub>"):
+        assert placeholder in block
+        block = block.replace(placeholder, public_key())
+    values: dict[str, Any] = yaml.safe_load(block)
+    return values
 
 
-VARIANTS = {
-    "defaults-no-sites": default_values,
-    "two-sites": example_values,
-    "two-sites-l3": lambda: example_values(l3=True),
-    "two-sites-minimal": lambda: example_values(extras=False),
+VARIANTS: dict[str, Callable[[], dict[str, Any]]] = {
+    "docs-kubernetes-md": documented_values,
+    "no-sites": base_values,
+    "two-sites-numeric-name": two_sites,
+    "two-sites-l3": lambda: two_sites(l3=True),
+    "kube-prometheus-stack": kube_prometheus_stack,
 }
 
 
-@pytest.fixture(scope="module")
-def renderer() -> Renderer:
-    return Renderer(CHART)
-
-
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
-def variant(
-    request: pytest.FixtureRequest, renderer: Renderer
-) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+def variant(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     values = VARIANTS[request.param]()
-    return request.param, values, objects(renderer.render(values))
+    return request.param, values, render(values)
 
 
-# --- tests ------------------------------------------------------------------------------------
+def ident(o: dict[str, Any]) -> tuple[str, str, str]:
+    return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
 
 
-def test_every_rendered_object_is_valid_for_kubernetes(
+# --- every variant ----------------------------------------------------------------------------
+
+
+def test_every_rendered_object_is_valid(
     variant: tuple[str, dict[str, Any], list[dict[str, Any]]],
 ) -> None:
     name, _values, objs = variant
-    ids = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs]
+    ids = [ident(o) for o in objs]
     assert len(ids) == len(set(ids)), name
     for o in objs:
         validate_object(o)
-        assert o["metadata"]["labels"]["app.kubernetes.io/instance"] == "raven", ids
+        labels = o["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == RELEASE, ident(o)
+        assert labels["app.kubernetes.io/version"] == APP_VERSION, ident(o)
 
 
-def test_workloads_follow_the_security_rules(
+def test_pod_security_restricted_except_the_l3_containers(
     variant: tuple[str, dict[str, Any], list[dict[str, Any]]],
 ) -> None:
+    """Every pod passes Pod Security "restricted" except the L3 gateway and agents (NET_ADMIN,
+    /dev/net/tun; the agents on the host network): the documented exception."""
     name, values, objs = variant
-    check_workloads(objs, l3=values["l3"]["enabled"])
-    gw_c = container(find(objs, "Deployment", "raven-gateway"), "gateway")
-    assert ("NET_ADMIN" in gw_c["securityContext"]["capabilities"].get("add", [])) == (
-        values["l3"]["enabled"]
-    ), name
+    check_workloads(objs, l3=values.get("l3", {}).get("enabled", False))
+    for w in workloads(objs):
+        spec = pod_spec(w)
+        found = pod_security_violations(spec)
+        if any(is_l3_container(c) for c in spec["containers"]):
+            assert values["l3"]["enabled"], w["metadata"]["name"]
+            assert found, f"{name}: an L3 pod cannot pass restricted"
+        else:
+            assert found == [], (name, w["metadata"]["name"], found)
+        images = {c["image"] for c in spec.get("initContainers", []) + spec["containers"]}
+        repository = values.get("image", {}).get("repository", "raven")
+        assert images == {f"{repository}:{APP_VERSION}"}, "image tag defaults to the appVersion"
 
 
 def test_configs_load_and_agree_with_the_objects(
     variant: tuple[str, dict[str, Any], list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     _name, values, objs = variant
+    sites = values.get("sites", [])
+    l3 = values.get("l3", {}).get("enabled", False)
     gw_path = tmp_path / "gateway.yaml"
     gw_path.write_text(find(objs, "ConfigMap", "raven-gateway-config")["data"]["gateway.yaml"])
     gw_cfg = load_gateway_config(gw_path)
-    assert [a.name for a in gw_cfg.agents] == [s["name"] for s in values["sites"]]
-    if values["gateway"].get("extraConfig"):
-        assert (
-            gw_cfg.handshake_rate_per_s == values["gateway"]["extraConfig"]["handshake_rate_per_s"]
-        )
-    assert gw_cfg.tun.enabled == values["l3"]["enabled"]
+    assert [a.name for a in gw_cfg.agents] == [s["name"] for s in sites]
+    assert gw_cfg.tun.enabled == l3
 
     gw = find(objs, "Deployment", "raven-gateway")
-    assert gw["spec"]["replicas"] == values["gateway"]["replicas"]
+    annotations = gw["spec"]["template"]["metadata"].get("annotations", {})
+    assert not any(k.startswith("checksum/") for k in annotations), "sites reload live"
     ports = {p["name"]: p["containerPort"] for p in container(gw, "gateway")["ports"]}
     assert ports["tunnel"] == parse_hostport(gw_cfg.tunnel_listen)[1]
     assert ports["http-proxy"] == parse_hostport(gw_cfg.proxy.http_listen)[1]
     assert ports["admin"] == parse_hostport(gw_cfg.admin_listen)[1]
     (tls,) = gw_cfg.proxy.tls_listeners
-    assert parse_hostport(tls.listen)[1] == ports["tls-proxy"]
     proxy = find(objs, "Service", "raven-gateway")
     by_port = {p["port"]: p["targetPort"] for p in proxy["spec"]["ports"]}
     assert by_port[tls.target_port] == "tls-proxy"
-    for scraped in values["gateway"]["scrapedPorts"]:
-        assert by_port[scraped["port"]] == "http-proxy"
-    tunnel = find(objs, "Service", "raven-gateway-tunnel")
-    assert tunnel["spec"]["clusterIP"] == "None"
-    checksum = gw["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-    assert re.fullmatch(r"[0-9a-f]{64}", checksum)
+    assert find(objs, "Service", "raven-gateway-tunnel")["spec"]["clusterIP"] == "None"
+    secret_volume = next(v for v in pod_spec(gw)["volumes"] if v["name"] == "key-secret")
+    assert secret_volume["secret"]["secretName"] == values["gateway"]["existingSecret"]
+    assert not [o for o in objs if o["kind"] == "Secret"], "keys never go through values"
 
-    secret_names = {o["metadata"]["name"] for o in objs if o["kind"] == "Secret"}
-    for site in values["sites"]:
-        cm = find(objs, "ConfigMap", f"raven-agent-config-{site['name']}")
-        path = tmp_path / f"{site['name']}.yaml"
+    for s in sites:
+        cm = find(objs, "ConfigMap", f"raven-agent-config-{s['name']}")
+        path = tmp_path / f"{s['name']}.yaml"
         path.write_text(cm["data"]["agent.yaml"])
         cfg = load_agent_config(path)
-        assert cfg.gateway == (
-            f"raven-gateway-tunnel.raven-system.svc.cluster.local:{ports['tunnel']}"
+        assert cfg.name == s["name"]
+        assert (
+            cfg.gateway == f"raven-gateway-tunnel.{NAMESPACE}.svc.cluster.local:{ports['tunnel']}"
         )
         assert cfg.gateway_public_key == values["gateway"]["publicKey"]
-        assert cfg.kubernetes.label_selector == f"raven.io/site={site['name']}"
-        assert cfg.allowed_ports == site.get(
-            "allowedPorts", [9400, 9100, 10250, 10255, values["agent"]["adminPort"]]
-        )
-        assert cfg.tun.enabled == values["l3"]["enabled"]
-        if values["l3"]["enabled"]:
-            assert cfg.subnets == site["prefixes"]
-        if values["agent"].get("extraConfig"):
-            assert cfg.reconnect.max_backoff_s == 10.0
-        (authorised,) = [a for a in gw_cfg.agents if a.name == site["name"]]
-        assert authorised.public_key == site["publicKey"]
-        dep = find(objs, "Deployment", f"raven-agent-{site['name']}")
+        assert cfg.kubernetes.label_selector == f"raven.io/site={s['name']}"
+        assert cfg.kubernetes.services == values.get("agent", {}).get("services", [])
+        assert cfg.allowed_ports == s.get("allowedPorts", [9400, 9100, 10250, 10255])
+        assert cfg.tun.enabled == l3
+        extra = values.get("agent", {}).get("extraConfig", {})
+        assert cfg.reconnect.max_backoff_s == extra.get("reconnect", {}).get("max_backoff_s", 30.0)
+        (authorised,) = [a for a in gw_cfg.agents if a.name == s["name"]]
+        assert authorised.public_key == s["publicKey"]
+        dep = find(objs, "Deployment", f"raven-agent-{s['name']}")
         spec = pod_spec(dep)
-        assert spec["hostNetwork"] and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
-        assert spec["nodeSelector"] == {
-            "raven.io/edge-gateway": "true",
-            "raven.io/site": site["name"],
-        }
+        assert spec.get("hostNetwork", False) == l3
+        assert spec["nodeSelector"] == {"raven.io/edge-gateway": "true", "raven.io/site": s["name"]}
         vols = {v["name"]: v for v in spec["volumes"]}
         assert vols["config"]["configMap"]["name"] == cm["metadata"]["name"]
-        secret = vols["key-secret"]["secret"]["secretName"]
-        if "existingSecret" in site:
-            assert secret == site["existingSecret"] and secret not in secret_names
-        else:
-            assert secret in secret_names
-            data = find(objs, "Secret", secret)["data"]["private.key"]
-            assert base64.b64decode(data).decode() == site["privateKey"]
-        args = build_parser().parse_args(container(dep, "agent")["args"])
-        assert args.command == "agent"
+        assert vols["key-secret"]["secret"]["secretName"] == s["existingSecret"]
+        assert build_parser().parse_args(container(dep, "agent")["args"]).command == "agent"
 
 
 def test_hosts_generator_arguments_and_rbac(
     variant: tuple[str, dict[str, Any], list[dict[str, Any]]],
 ) -> None:
-    _name, values, objs = variant
-    hg = values["hostsGenerator"]
+    _name, _values, objs = variant
     dep = find(objs, "Deployment", "raven-coredns-hosts")
     args = build_parser().parse_args(container(dep, "coredns-hosts")["args"])
-    assert args.service == "raven-system/raven-gateway"
-    assert args.configmap == f"{hg['configMap']['namespace']}/{hg['configMap']['name']}"
-    assert args.configmap_key == hg["configMap"]["key"]
-    assert args.node_selector == hg["nodeSelector"]
+    namespace, service = args.service.split("/")
+    assert find(objs, "Service", service)["metadata"]["namespace"] == namespace
+    assert args.configmap == "kube-system/edge-tunnel-nodes"
     role = find(objs, "Role", "raven-coredns-hosts")
-    assert role["metadata"]["namespace"] == hg["configMap"]["namespace"]
-    assert role["rules"][0]["resourceNames"] == [hg["configMap"]["name"]]
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"][0]["resourceNames"] == ["edge-tunnel-nodes"]
     cluster_role = find(objs, "ClusterRole", "raven-coredns-hosts")
     assert cluster_role["rules"][0]["resources"] == ["nodes", "services"]
     assert set(cluster_role["rules"][0]["verbs"]) == {"get", "list", "watch"}
 
 
-def test_optional_parts_follow_their_switches(
+def test_network_policies_name_real_ports(
     variant: tuple[str, dict[str, Any], list[dict[str, Any]]],
 ) -> None:
+    """Only the tunnel port is open to all; each policy selects pods that exist and names
+    container ports they have."""
     _name, values, objs = variant
-    kinds = [o["kind"] for o in objs]
-    assert kinds.count("ServiceMonitor") == (2 if values["serviceMonitor"]["enabled"] else 0)
-    dashboards = [o for o in objs if o["metadata"]["name"] == "raven-grafana-dashboard"]
-    assert len(dashboards) == (1 if values["grafanaDashboard"]["enabled"] else 0)
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["name"] for p in policies} >= {"raven-gateway", "raven-coredns-hosts"}
+    for policy in policies:
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        pods = [
+            w for w in workloads(objs)
+            if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]  # fmt: skip
+        assert pods, policy["metadata"]["name"]
+        names = {p["name"] for w in pods for c in pod_spec(w)["containers"] for p in c["ports"]}
+        for rule in policy["spec"]["ingress"]:
+            assert {p["port"] for p in rule["ports"]} <= names
+            if "from" not in rule:
+                assert [p["port"] for p in rule["ports"]] == ["tunnel"]
+    if values.get("sites") and not values.get("l3", {}).get("enabled"):
+        agents = find(objs, "NetworkPolicy", "raven-agents")
+        (rule,) = agents["spec"]["ingress"]
+        assert rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == (
+            "raven-gateway"
+        )
+
+
+# --- kube-prometheus-stack, switches ------------------------------------------------------------
+
+
+def test_kube_prometheus_stack_objects_carry_its_labels_and_select_real_ports() -> None:
+    values = kube_prometheus_stack()
+    objs = render(values)
+    monitoring = [o for o in objs if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    kinds = sorted(o["kind"] for o in monitoring)
+    assert kinds == ["PodMonitor", "PrometheusRule", "ScrapeConfig", "ScrapeConfig",
+                     "ServiceMonitor", "ServiceMonitor"]  # fmt: skip
+    for o in monitoring:
+        assert o["metadata"]["namespace"] == "monitoring"
+        assert KPS_LABELS.items() <= o["metadata"]["labels"].items(), ident(o)
+        assert o["metadata"]["labels"]["team"] == "gpu-platform"
+    for sm in (o for o in monitoring if o["kind"] == "ServiceMonitor"):
+        assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+        services = [
+            s for s in objs
+            if s["kind"] == "Service"
+            and sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+        ]  # fmt: skip
+        assert services, sm["metadata"]["name"]
+        for endpoint in sm["spec"]["endpoints"]:
+            assert all(
+                endpoint["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services
+            )
+    scrape = {o["metadata"]["name"]: o for o in monitoring if o["kind"] == "ScrapeConfig"}
+    edge = scrape["raven-edge-9400"]["spec"]
+    assert edge["httpSDConfigs"][0]["url"] == (
+        f"http://raven-gateway.{NAMESPACE}.svc:10265/api/v1/targets?port=9400"
+    )
+    assert edge["proxyUrl"] == f"http://raven-gateway.{NAMESPACE}.svc:10264"
+    assert {"sourceLabels": ["__address__"], "targetLabel": "instance"} in edge["relabelings"]
+    dashboards = [o for o in objs if o["kind"] == "ConfigMap" and "grafana_dashboard" in
+                  o["metadata"]["labels"]]  # fmt: skip
+    shipped = sorted(p.name for p in (CHART / "dashboards").glob("*.json"))
+    assert sorted(k for d in dashboards for k in d["data"]) == shipped
     for d in dashboards:
         assert d["metadata"]["labels"]["grafana_dashboard"] == "1"
-        shipped = json.loads(d["data"]["raven-tunnel.json"])
-        assert shipped == json.loads((ROOT / "deploy/grafana/raven-tunnel.json").read_text())
-    agents = [o for o in objs if o["kind"] == "Deployment" and "agent" in o["metadata"]["name"]]
-    assert len(agents) == len(values["sites"])
+        for file, text in d["data"].items():
+            assert json.loads(text) == json.loads((CHART / "dashboards" / file).read_text())
+    pull = pod_spec(find(objs, "Deployment", "raven-gateway"))["imagePullSecrets"]
+    assert pull == [{"name": "global-cred"}, {"name": "regcred"}, {"name": "other"}]
+    (role,) = [
+        o for o in objs if o["kind"] == "Role" and o["metadata"]["namespace"] == "gpu-operator"
+    ]
+    assert {r["apiGroups"][0]: r["resources"] for r in role["rules"]} == {
+        "": ["services"],
+        "discovery.k8s.io": ["endpointslices"],
+    }
+    assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in role["rules"])
 
 
-def test_values_follow_the_chart_schema() -> None:
-    """Helm checks values against values.schema.json; so does this test, for every variant."""
-    schema = json.loads((CHART / "values.schema.json").read_text())
+def test_monitoring_is_off_by_default() -> None:
+    objs = render(two_sites())
+    assert not [o for o in objs if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert not [o for o in objs if "grafana_dashboard" in o["metadata"]["labels"]]
+
+
+def test_names_overrides_and_gateway_address() -> None:
+    values = two_sites() | {"fullnameOverride": "edge"}
+    values["agent"]["gateway"] = "tunnel.example.com:443"
+    objs = render(values)
+    names = {o["metadata"]["name"] for o in objs}
+    assert {"edge-gateway", "edge-gateway-tunnel", "edge-agent-site-a"} <= names
+    assert not any(n.startswith("raven-") for n in names)
+    cfg = yaml.safe_load(find(objs, "ConfigMap", "edge-agent-config-site-a")["data"]["agent.yaml"])
+    assert cfg["gateway"] == "tunnel.example.com:443"
+    other = render(base_values(), release="prod")
+    assert "prod-raven-gateway" in {o["metadata"]["name"] for o in other}
+    named = render(base_values() | {"nameOverride": "tunnel"}, release="prod")
+    gw = find(named, "Deployment", "prod-tunnel-gateway")
+    assert gw["metadata"]["labels"]["app.kubernetes.io/name"] == "tunnel-gateway"
+
+
+def test_values_schema_rejects_typos_and_allows_standard_keys() -> None:
+    render(kube_prometheus_stack())  # global, imagePullSecrets, commonLabels... accepted
+    broken: list[Callable[[dict[str, Any]], None]] = [
+        lambda v: v["sites"][0].update(publickey=v["sites"][0].pop("publicKey")),
+        lambda v: v["serviceMonitor"].update(additionalLabel={"a": "b"}),
+        lambda v: v.update(imagePullSecret=["x"]),
+        lambda v: v["sites"][0].update(name="Site_A"),
+        lambda v: v["sites"][0].update(name=123),  # unquoted in a values file: a number
+        lambda v: v["gateway"].update(privateKey="never in values"),
+    ]
+    for breaks in broken:
+        values = kube_prometheus_stack()
+        breaks(values)
+        with pytest.raises(helm.HelmValuesError):
+            render(values)
+
+
+@pytest.mark.parametrize(
+    ("breaks", "message"),
+    [
+        (lambda v: v["gateway"].pop("existingSecret"), r"gateway\.existingSecret is required"),
+        (lambda v: v["gateway"].update(publicKey=""), r"gateway\.publicKey is required"),
+        (lambda v: v["sites"][0].pop("existingSecret"), r"sites\[site-a\]\.existingSecret"),
+        (lambda v: v["sites"][0].pop("tunAddress"), "tunAddress"),
+    ],
+)
+def test_required_values_fail_the_render(
+    breaks: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    values = two_sites(l3=True)
+    breaks(values)
+    with pytest.raises(helm.HelmError, match=message):
+        render(values)
+
+
+def test_helm_lint_strict_finds_nothing() -> None:
     for make in VARIANTS.values():
-        jsonschema.validate(make(), schema)
-    typo = example_values()
-    typo["sites"][0]["publickey"] = typo["sites"][0].pop("publicKey")
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(typo, schema)
-    bad_name = example_values()
-    bad_name["sites"][0]["name"] = "Site_A"
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad_name, schema)
+        report = helm.lint(str(CHART), make(), strict=True, namespace=NAMESPACE)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert problems == [] and report["errors"] == [], report
 
 
-def test_chart_dashboard_copy_is_identical_to_deploy_grafana() -> None:
-    assert (CHART / "dashboards" / "raven-tunnel.json").read_bytes() == (
-        ROOT / "deploy" / "grafana" / "raven-tunnel.json"
-    ).read_bytes()
+def test_chart_dashboards_are_the_deploy_grafana_ones() -> None:
+    for path in (CHART / "dashboards").glob("*.json"):
+        assert path.read_bytes() == (ROOT / "deploy" / "grafana" / path.name).read_bytes()
 
 
-def test_required_values_are_enforced(renderer: Renderer) -> None:
-    values = example_values()
-    values["gateway"]["publicKey"] = ""
-    with pytest.raises(helm.HelmError, match=r"gateway\.publicKey"):
-        renderer.render(values)
-    values = example_values(l3=True)
-    del values["sites"][0]["tunAddress"]
-    with pytest.raises(helm.HelmError, match="tunAddress"):
-        renderer.render(values)
-
-
-def test_helm_lint_finds_no_warnings() -> None:
-    """``helm lint --strict`` over the example values."""
-    report = helm.lint(str(CHART), example_values(), strict=True, namespace=RELEASE["Namespace"])
-    problems = [m for m in report["messages"] if m["severity"] >= 2]
-    assert problems == [] and report["errors"] == [], report
+def test_numeric_site_name_stays_a_string_everywhere() -> None:
+    values = two_sites()
+    objs = render(values)
+    dep = find(objs, "Deployment", "raven-agent-123")
+    assert dep["metadata"]["labels"]["raven.io/site"] == "123"
+    assert pod_spec(dep)["nodeSelector"]["raven.io/site"] == "123"
+    text = find(objs, "ConfigMap", "raven-agent-config-123")["data"]["agent.yaml"]
+    assert re.search(r'^name: "123"$', text, re.M)

@@ -1,33 +1,87 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "raven.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Prefix of every object name: fullnameOverride, else the release name (when it already
+contains the chart's name), else <release>-<name>. */}}
+{{- define "raven.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "raven.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Labels every object carries. */}}
 {{- define "raven.labels" -}}
-app.kubernetes.io/part-of: raven
+app.kubernetes.io/part-of: {{ include "raven.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The selector of one component: include with (list $ "gateway"). */}}
+{{- define "raven.selector" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/name: {{ include "raven.name" $ }}-{{ index . 1 }}
 {{- end -}}
 
 {{- define "raven.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* Pod security context: non-root, no fsGroup (it would make key files group-readable). */}}
+{{- define "raven.imagePullSecrets" -}}
+{{- with (concat (.Values.global.imagePullSecrets | default list) .Values.imagePullSecrets) }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ if kindIs "map" . }}{{ .name }}{{ else }}{{ . }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The tunnel address agents dial: agent.gateway, else the headless tunnel Service. */}}
+{{- define "raven.tunnelAddress" -}}
+{{- if .Values.agent.gateway -}}
+{{ .Values.agent.gateway }}
+{{- else -}}
+{{ include "raven.fullname" . }}-gateway-tunnel.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:{{ .Values.gateway.ports.tunnel }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod security context (Pod Security "restricted"): non-root, RuntimeDefault seccomp.
+fsGroup lets the non-root init container read the Secret (mode 0440, group 10001); the app
+reads only its 0600 copy. */}}
 {{- define "raven.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 10001
 runAsGroup: 10001
+fsGroup: 10001
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
 {{/* Container security context of an L7-only container. */}}
 {{- define "raven.securityContext" -}}
+runAsNonRoot: true
 readOnlyRootFilesystem: true
 allowPrivilegeEscalation: false
 capabilities:
   drop: [ALL]
 {{- end -}}
 
-{{/* Container security context of an L3 container: root with NET_ADMIN only. */}}
+{{/* Container security context of an L3 container: root with NET_ADMIN only (the documented
+exception to Pod Security "restricted"). */}}
 {{- define "raven.l3SecurityContext" -}}
 runAsNonRoot: false
 runAsUser: 0
@@ -39,24 +93,17 @@ capabilities:
 {{- end -}}
 
 {{/*
-Init container: Kubernetes mounts Secret files owned by root (and group-readable with fsGroup,
-which Raven refuses), so the key is copied to a memory emptyDir, mode 0600, owned by uid 10001.
+Init container, non-root: Raven refuses a key file others can read, and a Secret volume's files
+are group-readable (fsGroup); the key is copied to a memory emptyDir, mode 0600, owned by the
+running user. include with (list $ resources).
 */}}
 {{- define "raven.keyInitContainer" -}}
 - name: key-permissions
   image: {{ include "raven.image" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
-  command: ["/bin/sh", "-c"]
-  args:
-    - cp /secrets/private.key /run/raven/keys/private.key && chmod 0600 /run/raven/keys/private.key && chown 10001:10001 /run/raven/keys/private.key
+  command: ["install", "-m", "0600", "/secrets/private.key", "/run/raven/keys/private.key"]
   securityContext:
-    runAsNonRoot: false
-    runAsUser: 0
-    readOnlyRootFilesystem: true
-    allowPrivilegeEscalation: false
-    capabilities:
-      drop: [ALL]
-      add: [CHOWN]
+    {{- include "raven.securityContext" . | nindent 4 }}
   resources:
     requests: {cpu: 10m, memory: 16Mi}
     limits: {cpu: 100m, memory: 32Mi}
@@ -77,4 +124,13 @@ which Raven refuses), so the key is copied to a memory emptyDir, mode 0600, owne
 - name: tmp
   emptyDir:
     sizeLimit: 16Mi
+{{- end -}}
+
+{{/* Labels of a monitoring object: the chart's plus the ones its operator selects on. */}}
+{{- define "raven.monitoringLabels" -}}
+{{- $ := index . 0 -}}
+{{ include "raven.labels" $ }}
+{{- with index . 1 }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
