@@ -9,6 +9,7 @@ Snappy comes from cramjam (a well-kept Rust-backed wheel).
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterable, Sequence
 
@@ -40,15 +41,24 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
+@functools.lru_cache(maxsize=65536)
+def _label(name: str, value: str) -> bytes:
+    """One encoded ``TimeSeries.labels`` entry (the same pairs recur in every request)."""
+    return _field(1, _field(1, name.encode()) + _field(2, value.encode()))
+
+
 def encode_write_request(series: Iterable[Series]) -> bytes:
     out = bytearray()
     for labels, samples in series:
         ts = bytearray()
         for name, value in labels:
-            ts += _field(1, _field(1, name.encode()) + _field(2, value.encode()))
+            ts += _label(name, value)
         for t_ms, v in samples:
-            sample = b"\x09" + _DOUBLE.pack(v) + b"\x10" + _varint(t_ms)
-            ts += _field(2, sample)
+            varint = _varint(t_ms)
+            # Sample: 0x09 double (9 bytes) + 0x10 varint; a field of 10 + len(varint) bytes
+            ts += (
+                b"\x12" + bytes((10 + len(varint),)) + b"\x09" + _DOUBLE.pack(v) + b"\x10" + varint
+            )
         out += _field(1, bytes(ts))
     return bytes(out)
 

@@ -15,6 +15,7 @@ the allowed skew are refused (they would block the series' scrapes).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,14 @@ def series_labels(name: str, page: Labels, target: Mapping[str, str], honor_labe
     return tuple(sorted((k, v) for k, v in labels.items() if v != ""))
 
 
+@functools.lru_cache(maxsize=131072)
+def _cached_labels(
+    name: str, page: Labels, target: tuple[tuple[str, str], ...], honor_labels: bool
+) -> Labels:
+    """series_labels for a recurring (series, target): the same series come in every scrape."""
+    return series_labels(name, page, dict(target), honor_labels)
+
+
 @dataclass
 class Converted:
     series: list[Series] = field(default_factory=list)
@@ -93,7 +102,7 @@ def convert(
         if job is None:
             out.drop("no_job", len(s.samples))
             continue
-        target = target_labels(job, s.node, s.port, discovery(s.node, s.port))
+        target = tuple(target_labels(job, s.node, s.port, discovery(s.node, s.port)).items())
         for name, page, value, ts in s.samples:
             t_ms = s.ts_ms if ts is None else ts
             if t_ms < oldest_ok:
@@ -101,7 +110,7 @@ def convert(
             elif t_ms > newest_ok:
                 out.drop("future", 1)
             else:
-                by_series[series_labels(name, page, target, job.honor_labels)][t_ms] = value
+                by_series[_cached_labels(name, page, target, job.honor_labels)][t_ms] = value
     for labels, points in by_series.items():
         out.series.append((labels, sorted(points.items())))
         out.samples += len(points)
