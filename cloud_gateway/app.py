@@ -56,6 +56,7 @@ class GatewayApp:
             metrics=self.metrics,
             handshake_rate_per_s=config.handshake_rate_per_s,
             handshake_burst=config.handshake_burst,
+            max_half_open=config.max_half_open_handshakes,
         )
         self.admin = AdminServer(
             config.admin_listen,

@@ -45,6 +45,7 @@ class TunnelListener:
         metrics: TunnelMetrics,
         handshake_rate_per_s: float,
         handshake_burst: int,
+        max_half_open: int = 1024,
     ) -> None:
         self.host, self.port = parse_hostport(listen)
         self.static_private = static_private
@@ -52,8 +53,10 @@ class TunnelListener:
         self.limits = limits
         self.registry = registry
         self.metrics = metrics
-        self.replay_guard = ReplayGuard()
+        self.replay_guard = ReplayGuard(live=self._has_session)
         self.rate = RateLimiter(rate_per_s=handshake_rate_per_s, burst=handshake_burst)
+        #: connections still in their handshake, over all sources, at most
+        self.max_half_open = max_half_open
         self.tunnels: set[Tunnel] = set()
         self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
@@ -104,8 +107,20 @@ class TunnelListener:
             return
         await self.agent_stream_service(session, stream, node, port)
 
+    def _has_session(self, public_key: bytes) -> bool:
+        """Does this agent key have a confirmed tunnel here now (replay guard, strict)?"""
+        agent = self.registry.agent_for_key(public_key)
+        return agent is not None and agent.name in self.registry.sessions
+
     def _admit(self, tunnel: Tunnel) -> bool:
-        """Rate-limit handshakes per source address, before reading a byte."""
+        """Bound half-open handshakes globally and rate-limit them per source address,
+        before reading a byte (the handshake's DH is the expensive part)."""
+        if len(self.tunnels) - len(self._sessions) > self.max_half_open:
+            self.metrics.handshakes.labels("overloaded").inc()
+            self.log_throttle.log(log, logging.WARNING, "handshakes overloaded",
+                                  "too many handshakes in progress, closing peer=%s limit=%d",
+                                  tunnel.peer, self.max_half_open)  # fmt: skip
+            return False
         host = tunnel.peer.rsplit(":", 1)[0]
         if self.rate.allow(host, time.monotonic()):
             return True

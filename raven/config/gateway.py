@@ -150,6 +150,12 @@ class GatewayConfig:
         "Handshakes accepted per second per source address.", default=20.0
     )
     handshake_burst: int = doc("Burst of handshakes per source address.", default=40)
+    max_half_open_handshakes: int = doc(
+        "Tunnel connections whose handshake is not complete (keys not confirmed), over all "
+        "sources; beyond it new connections are closed at accept (handshakes result "
+        "`overloaded`) until some complete or time out.",
+        default=1024,
+    )
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
     backfill: GatewayBackfillConfig = doc(
         "Write agents' backfill to Prometheus (docs/backfill.md).",

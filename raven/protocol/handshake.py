@@ -97,15 +97,31 @@ class ReplayGuard:
     Only keys that passed ``authorize`` are recorded, so memory is bounded by
     the set of authorised agents. Share one guard across all connections of a
     listener (a per-connection guard stops nothing).
+
+    Clock-jump recovery: ``live(key)`` says whether that key has a confirmed session
+    now (default: always, the strict rule). A timestamp that is not newer is refused
+    only while the key is live; otherwise the handshake goes on, and it counts only
+    once the initiator confirms the keys, which a replayer cannot (see
+    raven.protocol.lifecycle). :meth:`confirm` then records the confirmed timestamp
+    even if it is older: an agent whose clock jumped forward and came back is locked
+    out at most until its last session is gone, never until its clock catches up.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, live: Callable[[bytes], bool] | None = None) -> None:
         self._last: dict[bytes, bytes] = {}
+        self._live = live
 
     def is_fresh(self, remote_static: bytes, timestamp: bytes) -> bool:
-        """True when ``timestamp`` is strictly newer than the last one recorded."""
+        """True when ``timestamp`` is strictly newer than the last one recorded, or
+        the key has no live session (the handshake must then be confirmed)."""
         last = self._last.get(remote_static)
-        return last is None or timestamp > last
+        if last is None or timestamp > last:
+            return True
+        return self._live is not None and not self._live(remote_static)
+
+    def confirm(self, remote_static: bytes, timestamp: bytes) -> None:
+        """The initiator proved the handshake of ``timestamp`` live: it is the last one."""
+        self._last[remote_static] = bytes(timestamp)
 
     def record(self, remote_static: bytes, timestamp: bytes) -> None:
         last = self._last.get(remote_static)

@@ -134,6 +134,8 @@ class SecureChannel:
         self._authorize = authorize if authorize is not None else _refuse_all
         self._replay_guard = replay_guard if replay_guard is not None else ReplayGuard()
         self._remote_static: bytes | None = None
+        #: (responder) the accepted initiation's timestamp, recorded on confirmation
+        self._timestamp: bytes | None = None
         self._pending: InitiatorHandshake | None = None
         self._sender: RecordSender | None = None
         self._receiver: RecordReceiver | None = None
@@ -333,6 +335,8 @@ class SecureChannel:
             if self._state is not ChannelState.ESTABLISHED:
                 self._move(ChannelInput.RECV_RECORD)  # key confirmation
                 self.handshake_deadline = None
+                if self._remote_static is not None and self._timestamp is not None:
+                    self._replay_guard.confirm(self._remote_static, self._timestamp)
             stats = self.stats
             stats.records_received += 1
             if payload is None:
@@ -349,6 +353,7 @@ class SecureChannel:
                 psk=self._psk,
             )
             self._remote_static = accepted.remote_static
+            self._timestamp = accepted.timestamp
             response, keys = create_response(accepted)
             self._queue(len(response).to_bytes(LENGTH_PREFIX_BYTES, "big"))
             self._queue(response)

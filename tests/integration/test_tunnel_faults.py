@@ -81,6 +81,9 @@ async def test_replayed_initiation_is_rejected(site: Site) -> None:
     w1.write(first_flight)
     answer = await asyncio.wait_for(r1.read(4096), 5)
     assert answer  # the genuine initiation is answered
+    conn.receive_data(answer, time.monotonic())
+    w1.write(conn.data_to_send())  # and confirmed: the agent's session is live
+    await wait_for(lambda: "site-a" in site.registry.sessions)
     r2, w2 = await asyncio.open_connection(*site.listener.bound)
     w2.write(first_flight)  # an eavesdropper replays it
     assert await read_until_closed(r2) == b""
@@ -88,6 +91,44 @@ async def test_replayed_initiation_is_rejected(site: Site) -> None:
     for w in (w1, w2):
         w.close()
         await w.wait_closed()
+
+
+async def test_agent_whose_clock_jumped_back_recovers_once_its_session_is_gone(
+    site: Site,
+) -> None:
+    """The agent's clock ran an hour ahead (its handshake recorded that), then was set back.
+    While that session lives, older timestamps are refused (replay); once it is gone the
+    agent's handshake goes on, counts only after key confirmation, and the guard follows
+    the agent's clock back: no lock-out until the clock catches up."""
+    await site.listener.start()
+    assert site.listener.bound is not None
+
+    async def connect(wall_time_ns: int) -> tuple[TunnelConnection, asyncio.StreamWriter, bytes]:
+        assert site.listener.bound is not None
+        conn = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
+                                remote_static=site.gw.public, limits=LIMITS,
+                                now=time.monotonic(), wall_time_ns=wall_time_ns)  # fmt: skip
+        reader, writer = await asyncio.open_connection(*site.listener.bound)
+        writer.write(conn.data_to_send())
+        with contextlib.suppress(ConnectionError):
+            answer = await asyncio.wait_for(reader.read(4096), 5)
+            conn.receive_data(answer, time.monotonic())
+            writer.write(conn.data_to_send())
+            return conn, writer, answer
+        return conn, writer, b""
+
+    _, w_ahead, _ = await connect(time.time_ns() + 3600 * 10**9)
+    await wait_for(lambda: "site-a" in site.registry.sessions)
+    _, w_back, answer = await connect(time.time_ns())  # clock set back, session still live
+    assert answer == b""
+    await wait_for(lambda: handshakes(site, "replay") == 1)
+    w_back.close()
+    w_ahead.close()  # the old session goes
+    await wait_for(lambda: not site.registry.sessions)
+    back, w_back, _ = await connect(time.time_ns())
+    assert back.handshake_complete
+    await wait_for(lambda: "site-a" in site.registry.sessions)
+    w_back.close()
 
 
 async def test_tampered_record_closes_only_that_tunnel(site: Site) -> None:
@@ -335,3 +376,22 @@ async def test_nodes_and_their_series_are_forgotten_after_the_ttl(site: Site) ->
     assert not site.registry.is_known("edge-gone-1")
     assert site.registry.nodes_json() == {"nodes": []}
     assert proxy_registry.get_sample_value(series, {"node": "edge-gone-1"}) is None
+
+
+async def test_half_open_handshakes_are_capped_globally(site: Site) -> None:
+    """Connections that never finish a handshake hold a slot each; beyond the global cap
+    new ones are closed at accept (counted "overloaded"), whatever their source."""
+    site.listener.max_half_open = 3
+    await site.listener.start()
+    assert site.listener.bound is not None
+    holders = [await asyncio.open_connection(*site.listener.bound) for _ in range(3)]
+    await wait_for(lambda: len(site.listener.tunnels) == 3)
+    reader, writer = await asyncio.open_connection(*site.listener.bound)
+    with contextlib.suppress(ConnectionError):
+        assert await read_until_closed(reader) == b""
+    writer.close()
+    assert handshakes(site, "overloaded") == 1
+    for _, w in holders:
+        w.close()
+    await wait_for(lambda: not site.listener.tunnels)
+    await assert_still_serving(site)

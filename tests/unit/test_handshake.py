@@ -274,3 +274,23 @@ def test_any_single_byte_flip_rejected(position: int, mask: int) -> None:
     tampered[position] ^= mask
     with pytest.raises(HandshakeRejected):
         respond(bytes(tampered))
+
+
+def test_replay_guard_follows_a_confirmed_clock_back_when_no_session_is_live() -> None:
+    live = {"yes": True}
+    guard = ReplayGuard(live=lambda _key: live["yes"])
+    key = bytes(32)
+    ahead, back = tai64n(2_000_000_000 * 10**9), tai64n(1_900_000_000 * 10**9)
+    guard.record(key, ahead)
+    assert not guard.is_fresh(key, back)  # a live session: strict
+    live["yes"] = False
+    assert guard.is_fresh(key, back)  # none: the handshake may go on (to be confirmed)
+    guard.confirm(key, back)
+    assert guard.last(key) == back
+    assert ReplayGuard().is_fresh(key, back) and not _strict(key, ahead).is_fresh(key, back)
+
+
+def _strict(key: bytes, timestamp: bytes) -> ReplayGuard:
+    guard = ReplayGuard()  # no live() given: always strict
+    guard.record(key, timestamp)
+    return guard
