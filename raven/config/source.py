@@ -126,7 +126,14 @@ def parse_document(raw: bytes | str, file: str = "") -> Document:
     """Parse YAML text into a :class:`Document`; syntax errors and duplicate keys become
     problems (the document's ``data`` is then ``None``)."""
     doc = Document(data=None, file=file)
-    loader = yaml.SafeLoader(raw)
+    try:  # the reader decodes and checks the characters at once
+        loader = yaml.SafeLoader(raw)
+    except yaml.YAMLError as exc:
+        doc.problems.append(_yaml_problem(exc, file))
+        return doc
+    except UnicodeDecodeError as exc:
+        doc.problems.append(Problem("", f"not valid UTF-8 text: {exc.reason}", file))
+        return doc
     try:
         node = loader.get_single_node()
         if node is not None:
@@ -136,6 +143,8 @@ def parse_document(raw: bytes | str, file: str = "") -> Document:
                 doc.data = loader.construct_document(node)
     except yaml.YAMLError as exc:
         doc.problems.append(_yaml_problem(exc, file))
+    except UnicodeDecodeError as exc:
+        doc.problems.append(Problem("", f"not valid UTF-8 text: {exc.reason}", file))
     finally:
         loader.dispose()
     if doc.data is None and not doc.problems:
