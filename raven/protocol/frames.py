@@ -12,7 +12,6 @@ one or more whole frames; a frame never spans two records.
 from __future__ import annotations
 
 import enum
-import re
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,7 +20,19 @@ from typing import ClassVar
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
-from raven.protocol.names import is_valid_node_name, normalize_node_name
+from raven.protocol.frame_fields import (
+    ENTRY_NODE,
+    ENTRY_PREFIX,
+    check_node_name,
+    check_prefix,
+    decode_node,
+    decode_reason,
+    encode_entries,
+    encode_entry,
+    encode_reason,
+    encode_refused,
+    read_entries,
+)
 
 
 class FrameType(enum.IntEnum):
@@ -48,10 +59,6 @@ class FrameType(enum.IntEnum):
 
 #: REGISTER / REGISTER_RESULT: this chunk completes the set.
 FLAG_FINAL = 0x01
-#: Longest reason text on the wire (UTF-8 bytes); longer ones are cut when encoding.
-MAX_REASON_BYTES = 255
-#: Longest IP prefix text in a registration (``ffff:...:ffff/128`` is 43).
-MAX_PREFIX_BYTES = 64
 #: Largest stream id (u32); 0 is the connection itself.
 MAX_STREAM_ID = 0xFFFFFFFF
 #: PING/PONG carry this many opaque bytes.
@@ -63,13 +70,6 @@ HEADER = struct.Struct(">BBIH")
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_ENTRY_HEAD = struct.Struct(">BB")  # kind, length
-_PREFIX_CHARS = re.compile(r"[0-9A-Fa-f:./]+")
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-_ENTRY_NODE = 0
-_ENTRY_PREFIX = 1
-_ENTRY_REFUSED = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,62 +197,6 @@ _FINAL_TYPES = frozenset({FrameType.REGISTER, FrameType.REGISTER_RESULT})
 # --------------------------------------------------------------------------- text helpers
 
 
-def clean_reason(reason: str) -> str:
-    """Reason text as it goes on the wire and into logs: control characters become
-    ``?`` and the UTF-8 form is cut to :data:`MAX_REASON_BYTES` (on a character boundary)."""
-    reason = _UNPRINTABLE.sub("?", reason)
-    raw = reason.encode("utf-8", "replace")
-    if len(raw) <= MAX_REASON_BYTES:
-        return reason
-    return raw[:MAX_REASON_BYTES].decode("utf-8", "ignore")
-
-
-def _encode_reason(reason: str) -> bytes:
-    return clean_reason(reason).encode("utf-8", "replace")
-
-
-def _decode_reason(raw: bytes) -> str:
-    if len(raw) > MAX_REASON_BYTES:
-        raise RemoteProtocolError(f"reason longer than {MAX_REASON_BYTES} bytes")
-    return _UNPRINTABLE.sub("?", raw.decode("utf-8", "replace"))
-
-
-def check_node_name(node: str) -> str:
-    """Validate and normalise a node name for sending; LocalProtocolError if invalid."""
-    if not is_valid_node_name(node):
-        raise LocalProtocolError(f"invalid node name {node[:80]!r}")
-    return normalize_node_name(node)
-
-
-def check_prefix(prefix: str) -> str:
-    """Check an IP prefix's text form for sending (its meaning is checked by the gateway)."""
-    if len(prefix) > MAX_PREFIX_BYTES or not _PREFIX_CHARS.fullmatch(prefix):
-        raise LocalProtocolError(f"invalid IP prefix {prefix[:80]!r}")
-    return prefix
-
-
-def _decode_node(raw: bytes) -> str:
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        raise RemoteProtocolError("node name is not ASCII") from None
-    if not is_valid_node_name(text):
-        raise RemoteProtocolError("invalid node name")
-    return normalize_node_name(text)
-
-
-def _decode_prefix(raw: bytes) -> str:
-    if len(raw) > MAX_PREFIX_BYTES:
-        raise RemoteProtocolError("IP prefix too long")
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        raise RemoteProtocolError("IP prefix is not ASCII") from None
-    if not _PREFIX_CHARS.fullmatch(text):
-        raise RemoteProtocolError("invalid IP prefix")
-    return text
-
-
 # --------------------------------------------------------------------------- encoding
 
 
@@ -289,7 +233,7 @@ def encode_frame(frame: Frame) -> bytes:
         return _frame(FrameType.OPEN, frame.stream_id, _U16.pack(frame.port) + node)
     if isinstance(frame, OpenResultFrame | ResetFrame):
         _check_stream_id(frame.stream_id)
-        body = _U8.pack(frame.code) + _encode_reason(frame.reason)
+        body = _U8.pack(frame.code) + encode_reason(frame.reason)
         return _frame(frame.TYPE, frame.stream_id, body)
     if isinstance(frame, CreditFrame):
         _check_stream_id(frame.stream_id)
@@ -308,31 +252,17 @@ def encode_frame(frame: Frame) -> bytes:
             raise LocalProtocolError("ping opaque data must be 8 bytes")
         return _frame(frame.TYPE, 0, bytes(frame.opaque))
     if isinstance(frame, GoAwayFrame | CloseFrame):
-        return _frame(frame.TYPE, 0, _U8.pack(frame.code) + _encode_reason(frame.reason))
+        return _frame(frame.TYPE, 0, _U8.pack(frame.code) + encode_reason(frame.reason))
     if isinstance(frame, RegisterFrame):
-        body = _entries(_ENTRY_NODE, frame.nodes, check_node_name)
-        body += _entries(_ENTRY_PREFIX, frame.prefixes, check_prefix)
+        body = encode_entries(ENTRY_NODE, frame.nodes, check_node_name)
+        body += encode_entries(ENTRY_PREFIX, frame.prefixes, check_prefix)
         return _frame(FrameType.REGISTER, 0, body, FLAG_FINAL if frame.final else 0)
     if isinstance(frame, RegisterResultFrame):
-        body = _entries(_ENTRY_NODE, frame.accepted_nodes, check_node_name)
-        body += _entries(_ENTRY_PREFIX, frame.accepted_prefixes, check_prefix)
-        body += b"".join(_refused_entry(entry, reason) for entry, reason in frame.refused)
+        body = encode_entries(ENTRY_NODE, frame.accepted_nodes, check_node_name)
+        body += encode_entries(ENTRY_PREFIX, frame.accepted_prefixes, check_prefix)
+        body += b"".join(encode_refused(entry, reason) for entry, reason in frame.refused)
         return _frame(FrameType.REGISTER_RESULT, 0, body, FLAG_FINAL if frame.final else 0)
     raise LocalProtocolError(f"not a frame: {frame!r}")  # pragma: no cover
-
-
-def _entry(kind: int, raw: bytes) -> bytes:
-    return _ENTRY_HEAD.pack(kind, len(raw)) + raw
-
-
-def _entries(kind: int, values: Iterable[str], check: Callable[[str], str]) -> bytes:
-    return b"".join(_entry(kind, check(value).encode("ascii")) for value in values)
-
-
-def _refused_entry(entry: str, reason: str) -> bytes:
-    raw_entry = _encode_reason(entry)
-    raw_reason = _encode_reason(reason)
-    return _entry(_ENTRY_REFUSED, raw_entry) + _U8.pack(len(raw_reason)) + raw_reason
 
 
 def _chunk(entries: Iterable[bytes], ftype: FrameType, max_payload: int) -> list[bytes]:
@@ -354,8 +284,8 @@ def encode_register(
     nodes: Iterable[str], prefixes: Iterable[str], max_payload: int = MAX_FRAME_PAYLOAD_BYTES
 ) -> list[bytes]:
     """REGISTER frames carrying the whole set; the last one has FLAG_FINAL."""
-    entries = [_entry(_ENTRY_NODE, check_node_name(n).encode("ascii")) for n in nodes]
-    entries += [_entry(_ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in prefixes]
+    entries = [encode_entry(ENTRY_NODE, check_node_name(n).encode("ascii")) for n in nodes]
+    entries += [encode_entry(ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in prefixes]
     return _chunk(entries, FrameType.REGISTER, max_payload)
 
 
@@ -366,9 +296,11 @@ def encode_register_result(
     max_payload: int = MAX_FRAME_PAYLOAD_BYTES,
 ) -> list[bytes]:
     """REGISTER_RESULT frames carrying the whole answer; the last one has FLAG_FINAL."""
-    entries = [_entry(_ENTRY_NODE, check_node_name(n).encode("ascii")) for n in accepted_nodes]
-    entries += [_entry(_ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in accepted_prefixes]
-    entries += [_refused_entry(entry, reason) for entry, reason in refused]
+    entries = [encode_entry(ENTRY_NODE, check_node_name(n).encode("ascii")) for n in accepted_nodes]
+    entries += [
+        encode_entry(ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in accepted_prefixes
+    ]
+    entries += [encode_refused(entry, reason) for entry, reason in refused]
     return _chunk(entries, FrameType.REGISTER_RESULT, max_payload)
 
 
@@ -435,12 +367,12 @@ def _d_open(stream_id: int, body: bytes, _final: bool) -> Frame:
     (port,) = _U16.unpack_from(body)
     if port == 0:
         raise RemoteProtocolError("OPEN to port 0")
-    return OpenFrame(stream_id, _decode_node(body[2:]), port)
+    return OpenFrame(stream_id, decode_node(body[2:]), port)
 
 
 def _d_open_result(stream_id: int, body: bytes, _final: bool) -> Frame:
     _need(body, 1, "OPEN_RESULT")
-    return OpenResultFrame(stream_id, _stream_code(body[0]), _decode_reason(body[1:]))
+    return OpenResultFrame(stream_id, _stream_code(body[0]), decode_reason(body[1:]))
 
 
 def _d_credit(stream_id: int, body: bytes, _final: bool) -> Frame:
@@ -460,7 +392,7 @@ def _d_end(stream_id: int, body: bytes, _final: bool) -> Frame:
 
 def _d_reset(stream_id: int, body: bytes, _final: bool) -> Frame:
     _need(body, 1, "RESET")
-    return ResetFrame(stream_id, _stream_code(body[0]), _decode_reason(body[1:]))
+    return ResetFrame(stream_id, _stream_code(body[0]), decode_reason(body[1:]))
 
 
 def _d_datagram(_stream_id: int, body: bytes, _final: bool) -> Frame:
@@ -477,51 +409,16 @@ def _opaque(body: bytes, what: str) -> bytes:
 
 def _close_body(body: bytes, what: str) -> tuple[CloseCode, str]:
     _need(body, 1, what)
-    return _close_code(body[0]), _decode_reason(body[1:])
-
-
-def _read_entries(
-    body: bytes, *, result: bool
-) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    nodes: list[str] = []
-    prefixes: list[str] = []
-    refused: list[tuple[str, str]] = []
-    offset = 0
-    total = len(body)
-    while offset < total:
-        if total - offset < 2:
-            raise RemoteProtocolError("truncated registration entry")
-        kind, length = _ENTRY_HEAD.unpack_from(body, offset)
-        offset += 2
-        raw = body[offset : offset + length]
-        offset += length
-        if len(raw) != length or length == 0:
-            raise RemoteProtocolError("bad registration entry length")
-        if kind == _ENTRY_NODE:
-            nodes.append(_decode_node(raw))
-        elif kind == _ENTRY_PREFIX:
-            prefixes.append(_decode_prefix(raw))
-        elif kind == _ENTRY_REFUSED and result:
-            if offset >= total:
-                raise RemoteProtocolError("truncated refused entry")
-            reason_len = body[offset]
-            reason = body[offset + 1 : offset + 1 + reason_len]
-            offset += 1 + reason_len
-            if len(reason) != reason_len:
-                raise RemoteProtocolError("truncated refusal reason")
-            refused.append((_decode_reason(raw), _decode_reason(reason)))
-        else:
-            raise RemoteProtocolError(f"unknown registration entry kind {kind}")
-    return nodes, prefixes, refused
+    return _close_code(body[0]), decode_reason(body[1:])
 
 
 def _d_register(_stream_id: int, body: bytes, final: bool) -> Frame:
-    nodes, prefixes, _ = _read_entries(body, result=False)
+    nodes, prefixes, _ = read_entries(body, result=False)
     return RegisterFrame(tuple(nodes), tuple(prefixes), final)
 
 
 def _d_register_result(_stream_id: int, body: bytes, final: bool) -> Frame:
-    nodes, prefixes, refused = _read_entries(body, result=True)
+    nodes, prefixes, refused = read_entries(body, result=True)
     return RegisterResultFrame(tuple(nodes), tuple(prefixes), tuple(refused), final)
 
 

@@ -39,6 +39,7 @@ from raven.protocol.events import (
     StreamReset,
     StreamWindowOpened,
 )
+from raven.protocol.frame_fields import clean_reason
 from raven.protocol.frames import (
     MAX_STREAM_ID,
     CloseFrame,
@@ -55,7 +56,6 @@ from raven.protocol.frames import (
     RegisterFrame,
     RegisterResultFrame,
     ResetFrame,
-    clean_reason,
     encode_frame,
     encode_register,
     encode_register_result,

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.frame_fields import MAX_REASON_BYTES, clean_reason
 from raven.protocol.frames import (
     FLAG_FINAL,
-    MAX_REASON_BYTES,
     CloseFrame,
     CreditFrame,
     DataFrame,
@@ -30,7 +30,6 @@ from raven.protocol.frames import (
     RegisterFrame,
     RegisterResultFrame,
     ResetFrame,
-    clean_reason,
     encode_data_header,
     encode_frame,
     encode_header,
