@@ -2,6 +2,8 @@
 
 - Every async test is checked for leaked tasks (after wireguard-go's goroutine leak check):
   a task the test (or its fixtures) started and did not finish by the end of teardown fails it.
+  So does an error the event loop reported because nobody handled it (an exception in a
+  callback, a task's exception never retrieved): the default handler would only log it.
 - In CI (``RAVEN_REQUIRE_E2E=1``) a skipped test fails the run, whatever skipped it: a missing
   tool, a missing privilege or a missing file must never turn into a silent pass.
 - Property and fuzz tests (hypothesis) take their budget from a settings profile, never from
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Generator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -68,11 +71,28 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
     pytest.fail(f"test left {len(leaked)} task(s) running: {names}")
 
 
+@pytest.fixture
+async def no_unhandled_loop_errors() -> AsyncIterator[None]:
+    """Fails the test when the event loop reported an error that nobody handled."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        yield
+    finally:
+        loop.set_exception_handler(None)
+    if reported:
+        lines = [f"{c.get('message')}: {c.get('exception')!r}" for c in reported]
+        pytest.fail("the event loop reported unhandled errors:\n" + "\n".join(lines))
+
+
 @pytest.fixture(autouse=True)
-def _check_async_tests_for_leaks(request: pytest.FixtureRequest) -> None:
-    """Applies ``no_leaked_tasks`` to every async test. An autouse fixture is set up before the
-    test's own fixtures, so the check is torn down last, after every fixture has cleaned up."""
+def _check_async_tests(request: pytest.FixtureRequest) -> None:
+    """Applies ``no_unhandled_loop_errors`` and ``no_leaked_tasks`` to every async test. An
+    autouse fixture is set up before the test's own fixtures, so the checks are torn down last,
+    after every fixture has cleaned up."""
     if isinstance(request.node, pytest.Function) and is_async_test(request.node):
+        request.getfixturevalue("no_unhandled_loop_errors")
         request.getfixturevalue("no_leaked_tasks")
 
 

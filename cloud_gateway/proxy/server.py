@@ -146,6 +146,12 @@ class ProxyServer:
                 await work
         except Exception:
             log.exception("proxy connection failed peer=%s", peer_name(writer))
+        except asyncio.CancelledError:
+            if not self._ctx.draining:
+                raise
+            # stop() cancelled this connection after its grace: it ends here. Re-raised, the
+            # cancellation would reach asyncio.start_server's done-callback, which Python 3.11
+            # reports as an unhandled error with a traceback.
         finally:
             if not acquired and asyncio.iscoroutine(work):
                 work.close()
