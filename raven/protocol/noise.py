@@ -1,9 +1,10 @@
 """The Noise Protocol Framework (revision 34) for 25519 / ChaChaPoly / BLAKE2s.
 
 The objects carry the spec's names (section 5): :class:`CipherState`,
-:class:`SymmetricState` and :class:`HandshakeState`, with the spec's methods in
-snake case (``EncryptWithAd`` -> ``encrypt_with_ad``). Built on ``cryptography``
-(X25519, ChaCha20-Poly1305) and :mod:`hashlib` BLAKE2s with :mod:`hmac`.
+:class:`SymmetricState` (both in `raven.protocol.noise_crypto`, with the crypto functions,
+re-exported here) and :class:`HandshakeState`, with the spec's methods in snake case
+(``EncryptWithAd`` -> ``encrypt_with_ad``). Built on ``cryptography`` (X25519,
+ChaCha20-Poly1305) and :mod:`hashlib` BLAKE2s with :mod:`hmac`.
 
 Supported handshake patterns: the one-way patterns N, K, X and the interactive
 fundamental patterns NN NK NX KN KK KX XN XK XX IN IK IX, each with any ``pskN``
@@ -21,19 +22,25 @@ arguments to :meth:`HandshakeState.initialize` raise :class:`ValueError`.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import struct
 from collections.abc import Sequence
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from raven.protocol.codes import CloseCode
-from raven.protocol.constants import KEY_BYTES, NOISE_MAX_MESSAGE_BYTES, TAG_BYTES
+from raven.protocol.constants import NOISE_MAX_MESSAGE_BYTES, TAG_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.noise_crypto import (
+    DHLEN,
+    HASHLEN,
+    MAX_NONCE,
+    CipherState,
+    SymmetricState,
+    dh,
+    generate_keypair,
+    hkdf,
+    private_key,
+    public_key,
+)
 
 __all__ = [
     "DHLEN",
@@ -49,233 +56,6 @@ __all__ = [
     "public_key",
     "supports",
 ]
-
-#: Size of an X25519 public key and of a DH output (the spec's name for KEY_BYTES).
-DHLEN = KEY_BYTES
-#: BLAKE2s output size.
-HASHLEN = 32
-#: BLAKE2s block size (HMAC).
-BLOCKLEN = 64
-#: Reserved nonce: never used to encrypt a message; used by ``rekey``.
-MAX_NONCE = 2**64 - 1
-
-_NONCE = struct.Struct("<4xQ")  # ChaChaPoly nonce: 4 zero bytes + 64-bit little-endian counter
-_ZEROS32 = bytes(32)
-_MAX_NONCE_BYTES = _NONCE.pack(MAX_NONCE)
-
-# --- Crypto functions (spec section 4) ---------------------------------------------------
-
-
-def public_key(private: bytes) -> bytes:
-    """The X25519 public key of a 32-byte private key."""
-    return _private(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
-def generate_keypair() -> tuple[bytes, bytes]:
-    """A fresh ``(private, public)`` X25519 key pair from the OS CSPRNG."""
-    key = X25519PrivateKey.generate()
-    private = key.private_bytes_raw()
-    return private, key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
-def _private(private: bytes) -> X25519PrivateKey:
-    if len(private) != DHLEN:
-        raise ValueError(f"an X25519 private key is {DHLEN} bytes, got {len(private)}")
-    return X25519PrivateKey.from_private_bytes(private)
-
-
-def dh(private: X25519PrivateKey, public: bytes) -> bytes:
-    """DH(key_pair, public_key). A low-order peer key (all-zero output) is the peer's fault."""
-    try:
-        return private.exchange(X25519PublicKey.from_public_bytes(public))
-    except ValueError:
-        raise RemoteProtocolError("peer sent a low-order X25519 public key") from None
-
-
-def _hmac(key: bytes, data: bytes) -> bytes:
-    return hmac.digest(key, data, hashlib.blake2s)
-
-
-def hkdf(chaining_key: bytes, input_key_material: bytes, num_outputs: int) -> tuple[bytes, ...]:
-    """HKDF(chaining_key, input_key_material, num_outputs) with HMAC-BLAKE2s (spec 4.3)."""
-    temp_key = _hmac(chaining_key, input_key_material)
-    output1 = _hmac(temp_key, b"\x01")
-    output2 = _hmac(temp_key, output1 + b"\x02")
-    if num_outputs == 2:
-        return output1, output2
-    output3 = _hmac(temp_key, output2 + b"\x03")
-    return output1, output2, output3
-
-
-def _hash(data: bytes) -> bytes:
-    return hashlib.blake2s(data).digest()
-
-
-# --- CipherState (spec 5.1) -----------------------------------------------------------------
-
-
-class CipherState:
-    """A key ``k`` (or none) and a 64-bit nonce ``n``.
-
-    One ChaCha20Poly1305 object is kept per key, so bulk use costs one AEAD call
-    per message. ``n`` counts messages; ``2**64 - 1`` is reserved.
-    """
-
-    __slots__ = ("_aead", "_k", "n")
-
-    def __init__(self, key: bytes | None = None) -> None:
-        self._k: bytes | None = None
-        self._aead: ChaCha20Poly1305 | None = None
-        self.n = 0
-        self.initialize_key(key)
-
-    def initialize_key(self, key: bytes | None) -> None:
-        """Set ``k`` (``None`` for "empty") and reset ``n`` to zero."""
-        if key is not None and len(key) != 32:
-            raise ValueError("a ChaChaPoly key is 32 bytes")
-        self._k = key
-        self._aead = ChaCha20Poly1305(key) if key is not None else None
-        self.n = 0
-
-    def has_key(self) -> bool:
-        return self._k is not None
-
-    def set_nonce(self, nonce: int) -> None:
-        if not 0 <= nonce <= MAX_NONCE:
-            raise ValueError("nonce out of range")
-        self.n = nonce
-
-    def encrypt_with_ad(self, ad: bytes, plaintext: bytes | memoryview) -> bytes:
-        """Encrypt and increment ``n``; without a key, return ``plaintext`` unchanged."""
-        aead = self._aead
-        if aead is None:
-            return bytes(plaintext)
-        n = self.n
-        if n >= MAX_NONCE:
-            raise LocalProtocolError("nonce exhausted: the key must be replaced")
-        ciphertext = aead.encrypt(_NONCE.pack(n), plaintext, ad)
-        self.n = n + 1
-        return ciphertext
-
-    def encrypt_with_ad_into(
-        self, ad: bytes, plaintext: bytes | memoryview, buffer: memoryview
-    ) -> int:
-        """Like :meth:`encrypt_with_ad` but writes the ciphertext into ``buffer``
-        (exactly ``len(plaintext) + 16`` bytes, not overlapping ``plaintext``) and
-        returns its length: no allocation on the bulk path. Requires a key."""
-        aead = self._aead
-        if aead is None:
-            raise LocalProtocolError("encrypt_with_ad_into without a key")
-        n = self.n
-        if n >= MAX_NONCE:
-            raise LocalProtocolError("nonce exhausted: the key must be replaced")
-        aead.encrypt_into(_NONCE.pack(n), plaintext, ad, buffer)
-        self.n = n + 1
-        return len(buffer)
-
-    def decrypt_with_ad(self, ad: bytes, ciphertext: bytes | memoryview) -> bytes:
-        """Decrypt and increment ``n``; a failed check raises RemoteProtocolError
-        (code AUTH_FAILED) and leaves ``n`` unchanged."""
-        aead = self._aead
-        if aead is None:
-            return bytes(ciphertext)
-        n = self.n
-        if n >= MAX_NONCE:
-            raise RemoteProtocolError("peer exhausted the nonce space", CloseCode.AUTH_FAILED)
-        try:
-            plaintext = aead.decrypt(_NONCE.pack(n), ciphertext, ad)
-        except InvalidTag:
-            raise RemoteProtocolError(
-                "message failed authentication", CloseCode.AUTH_FAILED
-            ) from None
-        self.n = n + 1
-        return plaintext
-
-    def decrypt_with_ad_into(
-        self, ad: bytes, ciphertext: bytes | memoryview, buffer: memoryview
-    ) -> int:
-        """Like :meth:`decrypt_with_ad` but writes the plaintext into ``buffer``
-        (at least ``len(ciphertext) - 16`` bytes) and returns its length: saves an
-        allocation per message on the bulk path. Requires a key."""
-        aead = self._aead
-        if aead is None:
-            raise LocalProtocolError("decrypt_with_ad_into without a key")
-        size = len(ciphertext) - TAG_BYTES
-        if size < 0:
-            raise RemoteProtocolError("message shorter than its tag", CloseCode.AUTH_FAILED)
-        n = self.n
-        if n >= MAX_NONCE:
-            raise RemoteProtocolError("peer exhausted the nonce space", CloseCode.AUTH_FAILED)
-        try:
-            aead.decrypt_into(_NONCE.pack(n), ciphertext, ad, buffer[:size])
-        except InvalidTag:
-            raise RemoteProtocolError(
-                "message failed authentication", CloseCode.AUTH_FAILED
-            ) from None
-        self.n = n + 1
-        return size
-
-    def rekey(self) -> None:
-        """``k = REKEY(k)``: the first 32 bytes of ENCRYPT(k, maxnonce, zerolen, zeros).
-
-        ``n`` is left unchanged, as the spec says; callers that want a fresh
-        counter (our record layer does) call ``set_nonce(0)`` after it.
-        """
-        aead = self._aead
-        if aead is None:
-            raise LocalProtocolError("rekey without a key")
-        new_key = aead.encrypt(_MAX_NONCE_BYTES, _ZEROS32, b"")[:32]
-        self._k = new_key
-        self._aead = ChaCha20Poly1305(new_key)
-
-
-# --- SymmetricState (spec 5.2) -------------------------------------------------------------
-
-
-class SymmetricState:
-    """Chaining key ``ck``, handshake hash ``h`` and a CipherState."""
-
-    __slots__ = ("cipher_state", "ck", "h")
-
-    def __init__(self, protocol_name: bytes) -> None:
-        """InitializeSymmetric(protocol_name)."""
-        if len(protocol_name) <= HASHLEN:
-            self.h = protocol_name.ljust(HASHLEN, b"\x00")
-        else:
-            self.h = _hash(protocol_name)
-        self.ck = self.h
-        self.cipher_state = CipherState()
-
-    def mix_key(self, input_key_material: bytes) -> None:
-        self.ck, temp_k = hkdf(self.ck, input_key_material, 2)
-        self.cipher_state.initialize_key(temp_k)
-
-    def mix_hash(self, data: bytes) -> None:
-        self.h = _hash(self.h + data)
-
-    def mix_key_and_hash(self, input_key_material: bytes) -> None:
-        self.ck, temp_h, temp_k = hkdf(self.ck, input_key_material, 3)
-        self.mix_hash(temp_h)
-        self.cipher_state.initialize_key(temp_k)
-
-    def get_handshake_hash(self) -> bytes:
-        return self.h
-
-    def encrypt_and_hash(self, plaintext: bytes) -> bytes:
-        ciphertext = self.cipher_state.encrypt_with_ad(self.h, plaintext)
-        self.mix_hash(ciphertext)
-        return ciphertext
-
-    def decrypt_and_hash(self, ciphertext: bytes) -> bytes:
-        plaintext = self.cipher_state.decrypt_with_ad(self.h, ciphertext)
-        self.mix_hash(ciphertext)
-        return plaintext
-
-    def split(self) -> tuple[CipherState, CipherState]:
-        """Two CipherStates: initiator->responder first, responder->initiator second."""
-        temp_k1, temp_k2 = hkdf(self.ck, b"", 2)
-        return CipherState(temp_k1), CipherState(temp_k2)
-
 
 # --- Handshake patterns (spec 7) -----------------------------------------------------------
 
@@ -394,7 +174,7 @@ class HandshakeState:
         self.symmetric_state = SymmetricState(name.encode("ascii"))
         self.symmetric_state.mix_hash(prologue)
         if s is not None:
-            self._s = _private(s)
+            self._s = private_key(s)
             self._s_pub = public_key(s)
         if e is not None:
             self._fixed_e = bytes(e)
@@ -499,7 +279,7 @@ class HandshakeState:
         for step in tokens:
             if step == "e":
                 if self._fixed_e is not None:
-                    self._e = _private(self._fixed_e)
+                    self._e = private_key(self._fixed_e)
                     self._fixed_e = None
                 else:
                     self._e = X25519PrivateKey.generate()
