@@ -29,6 +29,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="tunnel port; proxy is +2, admin +3 (default: 10262 for the live demo, "
         "free ports for --check; 0 for free ports)",
     )
+    p.add_argument(
+        "--no-prometheus",
+        action="store_true",
+        help="do not start the real Prometheus (installed by scripts/setup as root)",
+    )
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=9090,
+        help="Prometheus web port (default 9090; a free one when taken)",
+    )
     p.add_argument("--duration-s", type=float, default=None, help="stop after this long")
     p.add_argument("--workdir", type=Path, default=None, help="keys and hosts file go here")
     p.set_defaults(func=main)
@@ -52,7 +63,15 @@ def main(args: argparse.Namespace) -> int:
         base_port=base_port or None,
     )  # fmt: skip
     try:
-        return run_async(run_demo(topology, check=args.check, duration_s=args.duration_s))
+        return run_async(
+            run_demo(
+                topology,
+                check=args.check,
+                duration_s=args.duration_s,
+                prometheus=not args.no_prometheus,
+                prometheus_port=args.prometheus_port,
+            )
+        )
     except KeyboardInterrupt:
         return 0
     except OSError as exc:

@@ -20,11 +20,21 @@ import aiohttp
 from cloud_gateway.app import GatewayApp
 from edge_agent.app import AgentApp
 from gpu_exporter.embed import start_embedded_exporter
+from raven.demo.portmap import PortMap
+from raven.demo.prometheus import (
+    DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT,
+)
+from raven.demo.prometheus import (
+    DemoPrometheus,
+    ScrapeSetup,
+    free_port,
+    namespaces_work,
+    prometheus_binary,
+)
 from raven.demo.topology import DemoNode, Topology
 
 log = logging.getLogger(__name__)
 
-MODES = ("dns", "proxy", "path", "connect")
 #: A line every dcgm-exporter page has.
 EXPECTED_METRIC = "DCGM_FI_DEV_GPU_TEMP"
 
@@ -52,6 +62,9 @@ class Demo:
         self.session: aiohttp.ClientSession | None = None
         self.scrapes = 0
         self.errors = 0
+        self.prometheus: DemoPrometheus | None = None
+        self.prometheus_note = ""
+        self.portmap: PortMap | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -83,7 +96,52 @@ class Demo:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
 
+    async def start_prometheus(self, port: int) -> None:
+        """Start the real Prometheus scraping every node by name through the gateway (DNS mode
+        when namespaces allow it, and proxy_url); ``prometheus_note`` says what is missing."""
+        binary = prometheus_binary()
+        if binary is None:
+            self.prometheus_note = (
+                "Prometheus is not installed: run scripts/setup as root (it installs Debian's "
+                "prometheus package)"
+            )
+            return
+        topo = self.topology
+        dns = self.with_hosts_generator and namespaces_work() and await self.wait_hosts_file()
+        if dns:  # the Service's port mapping: name:9400 -> gateway -> proxy port
+            self.portmap = PortMap((topo.host, topo.gpu_port), (topo.host, self.proxy_port))
+            try:
+                await self.portmap.start()
+            except OSError as exc:
+                dns, self.portmap = False, None
+                self.prometheus_note = f"DNS mode off: {topo.host}:{topo.gpu_port}: {exc}"
+        elif not self.prometheus_note:
+            self.prometheus_note = "DNS mode off: no mount namespace (unshare) allowed here"
+        setup = ScrapeSetup(
+            host=topo.host, proxy_port=self.proxy_port, admin_port=self.admin_port,
+            gpu_port=topo.gpu_port, targets=[f"{n.name}:{n.port}" for n in topo.nodes], dns=dns,
+        )  # fmt: skip
+        prom = DemoPrometheus(topo.workdir, setup, free_port(topo.host, port))
+        hosts = self.hosts_file.read_text() if dns else ""
+        await prom.start(binary, hosts)
+        self.prometheus = prom
+        assert self.session is not None
+        if not await prom.wait_ready(self.session):
+            self.prometheus_note = f"Prometheus did not start: {prom.log_tail()}"
+
+    async def wait_hosts_file(self, timeout_s: float = 15.0) -> bool:
+        """Wait until the hosts generator's file lists every node."""
+        names = {n.name for n in self.topology.nodes}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and set(self.hosts_entries()) != names:  # noqa: ASYNC110 - polls a file
+            await asyncio.sleep(0.2)
+        return set(self.hosts_entries()) == names
+
     async def stop(self) -> None:
+        if self.prometheus is not None:
+            await self.prometheus.stop()
+        if self.portmap is not None:
+            await self.portmap.stop()
         if self.hosts_proc is not None and self.hosts_proc.returncode is None:
             self.hosts_proc.terminate()
             with contextlib.suppress(TimeoutError):
@@ -195,107 +253,26 @@ class Demo:
         return out
 
 
-async def run_check(demo: Demo) -> int:
-    """Scrape every node in every mode, check http_sd and the hosts file; 0 if all pass."""
-    failures = 0
-    if not await demo.wait_registered():
-        print("FAIL: not every node registered within 20 s")
-        return 1
-    results = await asyncio.gather(*(demo.scrape(n, m) for n in demo.topology.nodes for m in MODES))
-    for r in sorted(results, key=lambda r: (r.node, r.mode)):
-        mark = "ok  " if r.ok else "FAIL"
-        print(f"{mark} {r.node:<16} {r.mode:<8} {r.seconds * 1000:7.1f} ms  {r.detail}")
-        failures += 0 if r.ok else 1
-    expected = {f"{n.name}:{n.port}" for n in demo.topology.nodes}
-    sd = await demo.http_sd_targets()
-    sd_ok = sd == expected
-    print(f"{'ok  ' if sd_ok else 'FAIL'} http_sd lists {len(sd)} of {len(expected)} targets")
-    failures += 0 if sd_ok else 1
-    if demo.with_hosts_generator:
-        deadline = time.monotonic() + 15
-        names = {n.name for n in demo.topology.nodes}
-        while time.monotonic() < deadline and set(demo.hosts_entries()) != names:  # noqa: ASYNC110 - polls a file
-            await asyncio.sleep(0.2)
-        entries = demo.hosts_entries()
-        proc = demo.hosts_proc
-        if set(entries) != names and proc and proc.returncode is not None and proc.stderr:
-            err = (await proc.stderr.read()).decode(errors="replace")
-            print(f"hosts generator exited {proc.returncode}: {err[-600:]}")
-        hosts_ok = set(entries) == names and set(entries.values()) == {demo.topology.host}
-        print(
-            f"{'ok  ' if hosts_ok else 'FAIL'} hosts file maps {len(entries)} names "
-            f"to the gateway ({demo.hosts_file})"
-        )
-        failures += 0 if hosts_ok else 1
-    total = len(results) + 1 + (1 if demo.with_hosts_generator else 0)
-    print(f"{total - failures} passed, {failures} failed")
-    return 1 if failures else 0
+async def run_demo(
+    topology: Topology,
+    *,
+    check: bool,
+    duration_s: float | None,
+    prometheus: bool = True,
+    prometheus_port: int = DEFAULT_PROMETHEUS_PORT,
+) -> int:
+    from raven.demo.check import run_check
+    from raven.demo.view import intro, status_loop
 
-
-def print_intro(demo: Demo) -> None:
-    host, proxy, admin = demo.topology.host, demo.proxy_port, demo.admin_port
-    first = demo.topology.nodes[0].name
-    print(f"""
-Raven demo: cloud gateway + {len(demo.agents)} edge sites + {len(demo.topology.nodes)} GPU nodes
-  tunnel   {host}:{demo.tunnel_port}     proxy {host}:{proxy}     admin http://{host}:{admin}
-  hosts file for CoreDNS/dnsmasq: {demo.hosts_file}
-
-Prometheus scrape configs (one per addressing mode):
-  - job_name: dns-mode        # CoreDNS hosts file maps node names to the gateway
-    static_configs: [{{targets: ["{first}:9400"]}}]
-  - job_name: proxy-mode
-    proxy_url: http://{host}:{proxy}
-    http_sd_configs: [{{url: "http://{host}:{admin}/api/v1/targets?port=9400"}}]
-  - job_name: path-mode
-    static_configs: [{{targets: ["{first}:9400"]}}]
-    relabel_configs:
-      - {{source_labels: [__address__, __metrics_path__], regex: "(.+);(.*)",
-         target_label: __metrics_path__, replacement: "/proxy/${{1}}${{2}}"}}
-      - {{source_labels: [__address__], target_label: instance}}
-      - {{target_label: __address__, replacement: "{host}:{proxy}"}}
-
-Try:
-  curl -s -H 'Host: {first}:9400' http://{host}:{proxy}/metrics | head
-  curl -s -x http://{host}:{proxy} http://{first}:9400/metrics | head
-  curl -s http://{host}:{proxy}/proxy/{first}:9400/metrics | head
-  curl -s http://{host}:{admin}/api/v1/nodes
-  curl -s http://{host}:{proxy}/proxy/no-such-node:9400/metrics     # 404, one-line reason
-""")
-
-
-async def status_loop(demo: Demo, interval_s: float = 3.0) -> None:
-    """Scrape every node like Prometheus would and print a status table."""
-    assert demo.gateway is not None
-    last_scrapes, last_t = 0, time.monotonic()
-    while True:
-        await asyncio.gather(*(demo.scrape(n, "dns") for n in demo.topology.nodes))
-        await asyncio.sleep(interval_s)
-        now = time.monotonic()
-        rate = (demo.scrapes - last_scrapes) / (now - last_t)
-        last_scrapes, last_t = demo.scrapes, now
-        rows = demo.gateway.registry.agents_json()["agents"]
-        assert isinstance(rows, list)
-        print(f"\n{time.strftime('%H:%M:%S')}  scrapes/s {rate:5.1f}  errors {demo.errors}")
-        print(f"  {'agent':<10} {'peer':<22} {'nodes':>5} {'streams':>7} {'rtt ms':>8}")
-        for row in rows:
-            rtt = row["rtt_seconds"]
-            rtt_text = f"{rtt * 1000:8.2f}" if isinstance(rtt, float) else "       -"
-            print(
-                f"  {row['agent']:<10} {row['remote_address']:<22} {len(row['nodes']):>5} "
-                f"{row['open_streams']:>7} {rtt_text}"
-            )
-        if not rows:
-            print("  (no agent connected)")
-
-
-async def run_demo(topology: Topology, *, check: bool, duration_s: float | None) -> int:
     demo = Demo(topology)
     try:
         await demo.start()
         if check:
-            return await run_check(demo)
-        print_intro(demo)
+            return await run_check(demo, prometheus=prometheus)
         await demo.wait_registered()
+        if prometheus:
+            await demo.start_prometheus(prometheus_port)
+        print(intro(demo), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C and kill both stop cleanly
@@ -308,7 +285,7 @@ async def run_demo(topology: Topology, *, check: bool, duration_s: float | None)
             pass
         status.cancel()
         await asyncio.gather(status, return_exceptions=True)
-        print("\nstopping: agents, gateway, exporters, hosts generator")
+        print("\nstopping: Prometheus, agents, gateway, exporters, hosts generator")
         return 0
     finally:
         await demo.stop()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="prometheus missing: run scripts/setup as root")  # fmt: skip
 def test_demo_check_passes() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "raven.cli", "demo", "--check", "--sites", "2",
@@ -21,6 +26,10 @@ def test_demo_check_passes() -> None:
                 line.startswith("ok") and node in line and f" {mode} " in line
                 for line in proc.stdout.splitlines()
             ), f"{node} {mode} missing"
+    # the real Prometheus scraped every node by name, in DNS mode and through proxy_url
+    assert "ok   prometheus job edge-gpu-dns: 4/4 targets up by name" in proc.stdout
+    assert "ok   prometheus job edge-gpu-proxy: 4/4 targets up by name" in proc.stdout
+    assert "ok   status page http://" in proc.stdout
 
 
 def test_demo_runs_and_stops_cleanly() -> None:
@@ -62,3 +71,37 @@ def test_demo_stops_cleanly_on_ctrl_c() -> None:
     # the hosts generator child went with it
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"raven-demo-{proc.pid}" not in ps
+
+
+def test_demo_view_refreshes_in_place_on_a_terminal() -> None:
+    import os
+    import select
+    import signal
+
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raven.cli", "demo", "--base-port", "0", "--sites", "1",
+         "--nodes-per-site", "1", "--no-prometheus"],
+        stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.close(slave)
+    out = b""
+    try:
+        for _ in range(600):  # until two frames were drawn (bounded by the loop count)
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                out += os.read(master, 65536)
+            if out.count(b"Ctrl-C stops") >= 2:
+                break
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    text = out.decode(errors="replace")
+    assert text.count("\x1b[H\x1b[J") >= 2  # each frame redraws from the top
+    frame = text.rsplit("\x1b[H\x1b[J", 1)[1]
+    assert frame.startswith("Open in a browser:")
+    assert "Gateway status page:" in frame
+    assert " ms " in frame.split("site-a  up", 1)[1].splitlines()[0]  # RTT in ms, sub-ms digits
