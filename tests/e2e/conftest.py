@@ -13,7 +13,6 @@ import pytest
 from tests.e2e.netns import Lab, cleanup_stale, missing_prerequisites
 from tests.helpers import require
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 #: After this long a test's threads' stacks are dumped to stderr (the test goes on).
 HANG_DUMP_S = 240.0
 

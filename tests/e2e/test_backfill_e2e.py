@@ -29,11 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
-from tests.e2e.conftest import REPO_ROOT
 from tests.e2e.netns import Lab, Netns, Proc, veth, wait_until
 from tests.e2e.prometheus import Prometheus, static_job, write_textfile
-from tests.helpers import raven_cmd
+from tests.helpers import python_env, raven_cmd, write_key
 
 pytestmark = pytest.mark.e2e
 
@@ -59,16 +57,6 @@ class Site:
     @property
     def instance(self) -> str:
         return f"{self.node}:9100"
-
-
-def write_key(path: Path) -> str:
-    private = generate_private_key()
-    write_private_key_file(path, private)
-    return encode_key(public_key(private))
-
-
-def python_env() -> dict[str, str]:
-    return {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'coredns-hosts'}"}
 
 
 LIMITS = {"keepalive_interval_s": 1.0, "dead_peer_timeout_s": 4.0, "drain_timeout_s": 2.0}

@@ -38,8 +38,7 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
-from tests.e2e.conftest import REPO_ROOT, require_e2e
+from tests.e2e.conftest import require_e2e
 from tests.e2e.netns import HttpResult, Lab, Netns, NetnsError, Proc, veth, wait_until
 from tests.e2e.prometheus import (
     Prometheus,
@@ -48,7 +47,7 @@ from tests.e2e.prometheus import (
     static_job,
     write_textfile,
 )
-from tests.helpers import raven_cmd, require
+from tests.helpers import python_env, raven_cmd, require, write_key
 
 pytestmark = pytest.mark.e2e
 
@@ -158,16 +157,6 @@ def check_components() -> None:
 
 
 # --- building the lab ------------------------------------------------------------------------
-
-
-def write_key(path: Path) -> str:
-    private = generate_private_key()
-    write_private_key_file(path, private)
-    return encode_key(public_key(private))
-
-
-def python_env() -> dict[str, str]:
-    return {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'coredns-hosts'}"}
 
 
 def build_cloud(lab: Lab) -> Netns:

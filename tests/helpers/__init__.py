@@ -26,6 +26,15 @@ from raven.config.agent import AgentConfig
 from raven.config.gateway import GatewayConfig
 from raven.config.loader import from_dict
 
+#: The repository's root folder.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def python_env() -> dict[str, str]:
+    """PYTHONPATH for a child Python process importing the repository's packages (the hosts
+    generator lives in coredns-hosts/)."""
+    return {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'coredns-hosts'}"}
+
 
 def free_port(host: str = "127.0.0.1", *, udp_too: bool = False) -> int:
     """A TCP port free on ``host`` now (and the same UDP port, with ``udp_too``: a DNS server
@@ -43,6 +52,13 @@ def free_port(host: str = "127.0.0.1", *, udp_too: bool = False) -> int:
                     continue
                 return port
     raise RuntimeError(f"no port free for both TCP and UDP on {host}")
+
+
+def write_key(path: Path) -> str:
+    """A new private key written to ``path``; returns its public key in text form."""
+    private = keys.generate_private_key()
+    keys.write_private_key_file(path, private)
+    return keys.encode_key(keys.public_key(private))
 
 
 class KeyPair:

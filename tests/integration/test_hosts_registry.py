@@ -25,11 +25,10 @@ from coredns_hosts.sources.registry import RegistrySource
 from coredns_hosts.sources.static import StaticSource
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port, python_env, wait_for
 
 pytestmark = pytest.mark.integration
 V4, V6 = ipaddress.ip_address("10.96.0.50"), ipaddress.ip_address("fd00::50")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def hosts(path: Path) -> dict[str, frozenset[object]]:
@@ -179,7 +178,7 @@ async def test_cli_run_process_serves_admin_and_stops_on_sigterm(tmp_path: Path)
     static = tmp_path / "nodes.yaml"
     static.write_text("- edge-a\n- edge-b\n")
     out, port = tmp_path / "hosts", free_port()
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'coredns-hosts'}")
+    env = {**os.environ, **python_env()}
     cmd = [
         sys.executable,
         "-m",
