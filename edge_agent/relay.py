@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
-import socket
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
@@ -20,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from raven.protocol.codes import StreamCode
 from raven.protocol.limits import Limits
 from raven.protocol.names import normalize_node_name
+from raven.transport.connect_errors import connect_failure
 from raven.transport.pump import pump
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel import TunnelStream
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 #: Reads from the target: a whole number of the tunnel's largest frames, so a read never
 #: leaves a tiny tail frame (and record) behind.
 READ_CHUNK_BYTES = 4 * Limits().max_frame_payload_bytes
-_UNREACHABLE_ERRNOS = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
 
 
 class RequestWatcher(Protocol):
@@ -112,22 +110,8 @@ class Relay:
             return
         try:
             reader, writer = await self._connect(name, address, port)
-        except TimeoutError:
-            self._refuse(stream, StreamCode.TARGET_TIMEOUT, f"connect to {name}:{port} timed out")
-            return
-        except ConnectionRefusedError:
-            self._refuse(stream, StreamCode.TARGET_REFUSED, f"{name}:{port} refused the connection")
-            return
-        except socket.gaierror as exc:
-            self._refuse(stream, StreamCode.TARGET_UNREACHABLE, f"cannot resolve {address}: {exc}")
-            return
-        except OSError as exc:
-            code = (
-                StreamCode.TARGET_UNREACHABLE
-                if exc.errno in _UNREACHABLE_ERRNOS or exc.errno is None
-                else StreamCode.TARGET_REFUSED
-            )
-            self._refuse(stream, code, f"{name}:{port}: {exc.strerror or exc}")
+        except (OSError, TimeoutError) as exc:
+            self._refuse(stream, *connect_failure(exc, f"{name}:{port}", address))
             return
         stream.accept()
         self.metrics.streams.labels("ok").inc()

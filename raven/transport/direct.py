@@ -10,31 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import errno
-import socket
 from collections.abc import Collection, Mapping
 from typing import cast
 
 from raven.protocol.codes import StreamCode
 from raven.protocol.names import normalize_node_name
-from raven.transport.stream import ByteStream, OpenFailure, StreamOpenError, StreamResetError
-
-_UNREACHABLE_ERRNOS = {
-    errno.EHOSTUNREACH,
-    errno.ENETUNREACH,
-    errno.EHOSTDOWN,
-    errno.ENETDOWN,
-    errno.EADDRNOTAVAIL,
-}
-
-
-def _failure_of(exc: OSError) -> OpenFailure:
-    """Refused or unreachable; a multi-address connect reports ``errno`` None with the text."""
-    if exc.errno in _UNREACHABLE_ERRNOS:
-        return OpenFailure.TARGET_UNREACHABLE
-    if exc.errno == errno.ECONNREFUSED or "refused" in str(exc).lower():
-        return OpenFailure.TARGET_REFUSED
-    return OpenFailure.TARGET_UNREACHABLE
+from raven.transport.connect_errors import connect_failure
+from raven.transport.stream import (
+    OPEN_FAILURE_BY_CODE,
+    ByteStream,
+    OpenFailure,
+    StreamOpenError,
+    StreamResetError,
+)
 
 
 class _Protocol(asyncio.Protocol):
@@ -212,19 +200,7 @@ class DirectOpener:
             async with asyncio.timeout(timeout):
                 loop = asyncio.get_running_loop()
                 transport, protocol = await loop.create_connection(_Protocol, address, port)
-        except TimeoutError:
-            raise StreamOpenError(
-                OpenFailure.TARGET_TIMEOUT, f"connect to {name}:{port} timed out after {timeout}s"
-            ) from None
-        except ConnectionRefusedError:
-            raise StreamOpenError(
-                OpenFailure.TARGET_REFUSED, f"{name}:{port} refused the connection"
-            ) from None
-        except socket.gaierror as exc:
-            raise StreamOpenError(
-                OpenFailure.TARGET_UNREACHABLE, f"cannot resolve {address}: {exc.strerror}"
-            ) from None
-        except OSError as exc:
-            failure = _failure_of(exc)
-            raise StreamOpenError(failure, f"{name}:{port}: {exc.strerror or exc}") from None
+        except (OSError, TimeoutError) as exc:
+            code, detail = connect_failure(exc, f"{name}:{port}", address)
+            raise StreamOpenError(OPEN_FAILURE_BY_CODE[code], detail) from None
         return DirectStream(transport, protocol)
