@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = [
+    "Allocation",
     "BackendUnavailableError",
     "GpuBackend",
     "GpuFailure",
@@ -45,11 +46,15 @@ class GpuInfo:
     uuid: str
     pci_bus_id: str
     device: str
-    """Device node name, e.g. ``nvidia0``."""
+    """``nvidia<index>``, as dcgm-exporter writes it."""
     model_name: str
     memory_total_mib: int = 0
     mig_profile: str = ""
+    """MIG GPU-instance profile (``3g.40gb``); empty for a whole GPU."""
     mig_instance: int | None = None
+    """MIG GPU-instance id (``GPU_I_ID``)."""
+    mig_uuid: str = ""
+    """The MIG device's own UUID (``MIG-...``), the id a device plugin hands to a pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +71,29 @@ class ProcessSample:
 
 
 @dataclass(frozen=True, slots=True)
+class Allocation:
+    """A container's share of a GPU (or MIG instance): what its pod was given."""
+
+    pod: PodRef
+    memory_mib: int
+    """Framebuffer memory the container may use: the whole GPU (exclusive or time-sliced),
+    the MIG instance, or its ``aliyun.com/gpu-mem`` units (ACK GPU sharing)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     info: GpuInfo
     values: dict[str, float]
     """DCGM field name -> value in the counter table's unit; unreadable fields are absent."""
     processes: tuple[ProcessSample, ...] = ()
-    pod: PodRef | None = None
-    """The container the GPU is allocated to (kubelet pod-resources), if known."""
+    allocations: tuple[Allocation, ...] = ()
+    """The containers the GPU is allocated to (kubelet pod-resources), one entry each."""
+
+    @property
+    def pod(self) -> PodRef | None:
+        """The one container holding the GPU, or None (free, unknown or shared)."""
+        pods = {a.pod for a in self.allocations}
+        return next(iter(pods)) if len(pods) == 1 else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import socket
 import sys
 from typing import Any
 
+from gpu_exporter.allocation import DEFAULT_GPU_MEM_UNIT_MIB
 from gpu_exporter.backend import BackendUnavailableError, GpuBackend
 from gpu_exporter.counters import (
     Counter,
@@ -23,20 +24,17 @@ from gpu_exporter.counters import (
     default_counters,
     load_counters_file,
 )
-from gpu_exporter.exposition import HOSTNAME_LABELS, ExpositionOptions
-from gpu_exporter.kube_pods import in_cluster_lookup
-from gpu_exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
-from gpu_exporter.process_mapping import PodMapper
-from gpu_exporter.server import GpuExporter
-from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SimulatedBackend
+from gpu_exporter.exposition import HOSTNAME_LABELS, LABEL_MODES, ExpositionOptions
+from gpu_exporter.podresources import DEFAULT_SOCKET
+from gpu_exporter.server import DEFAULT_UNHEALTHY_AFTER, GpuExporter
+from gpu_exporter.setup import build_mapper
+from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SHARING_MODES, SimulatedBackend
 from raven.hostport import AddressError, parse_hostport
 from raven.process_metrics import process_registry
 
 __all__ = ["build_exporter", "parse_address", "register", "run"]
 
 log = logging.getLogger(__name__)
-
-IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -122,7 +120,47 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--no-custom-metrics",
         action="store_true",
-        help="leave out the DCGM_CUSTOM_* per-process and per-container metrics",
+        help="leave out the DCGM_CUSTOM_* per-container metrics",
+    )
+    p.add_argument(
+        "--label-mode",
+        choices=LABEL_MODES,
+        default=_env("RAVEN_GPU_LABEL_MODE", "upstream"),
+        help="upstream: dcgm-exporter's labels (default); ack: ACK GPU monitoring's (NodeName on "
+        "every series, NamespaceName/PodName/ContainerName on DCGM_CUSTOM_*)",
+    )
+    p.add_argument(
+        "--per-process",
+        action="store_true",
+        help="one DCGM_CUSTOM_PROCESS_* series per process (pid label) instead of per container",
+    )
+    p.add_argument(
+        "--gpu-mem-unit",
+        type=int,
+        default=DEFAULT_GPU_MEM_UNIT_MIB,
+        metavar="MIB",
+        help="MiB per aliyun.com/gpu-mem unit (ACK GPU sharing; default 1024)",
+    )
+    p.add_argument(
+        "--unhealthy-after",
+        type=int,
+        default=DEFAULT_UNHEALTHY_AFTER,
+        metavar="N",
+        help=f"/healthz answers 503 after N failed or hung collections in a row "
+        f"(default {DEFAULT_UNHEALTHY_AFTER})",
+    )
+    p.add_argument(
+        "--collect-timeout",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="a collection running longer counts as hung (default: the interval, at least 10 s)",
+    )
+    p.add_argument(
+        "--sharing",
+        choices=SHARING_MODES,
+        default="exclusive",
+        help="how simulated GPUs are shared between pods (default exclusive)",
     )
     p.set_defaults(func=run)
     return p
@@ -135,7 +173,12 @@ def _counters(args: argparse.Namespace) -> list[Counter]:
 def _backend(args: argparse.Namespace) -> GpuBackend:
     if args.simulate is not None:
         return SimulatedBackend(
-            args.simulate, model=args.model, seed=args.seed, load_profile=args.load_profile
+            args.simulate,
+            model=args.model,
+            seed=args.seed,
+            load_profile=args.load_profile,
+            sharing=args.sharing,
+            gpu_mem_unit_mib=args.gpu_mem_unit,
         )
     from gpu_exporter.nvml_backend import NvmlBackend
 
@@ -147,6 +190,8 @@ def build_exporter(args: argparse.Namespace) -> GpuExporter:
     BackendUnavailableError with a message for the user)."""
     if args.collect_interval < 100:
         raise ValueError("--collect-interval must be at least 100 ms")
+    if args.gpu_mem_unit < 1:
+        raise ValueError("--gpu-mem-unit must be at least 1 MiB")
     host, port = parse_address(args.address)
     counters = _counters(args)
     options = ExpositionOptions(
@@ -155,17 +200,14 @@ def build_exporter(args: argparse.Namespace) -> GpuExporter:
         kubernetes=args.kubernetes,
         node_name=args.hostname,
         custom_metrics=not args.no_custom_metrics,
+        label_mode=args.label_mode,
+        per_process=args.per_process,
     )
     mapper = None
-    if args.kubernetes and args.simulate is None:
-        client = PodResourcesClient(args.pod_resources_socket)
-        if not client.available():
-            log.warning(
-                "pod-resources socket missing path=%s: GPUs will not be mapped to pods",
-                args.pod_resources_socket,
-            )
-        lookup = in_cluster_lookup(args.hostname) if os.environ.get(IN_CLUSTER_ENV) else None
-        mapper = PodMapper(client.allocations if client.available() else None, pod_lookup=lookup)
+    if args.kubernetes and args.simulate is None:  # the simulator maps its own pods
+        mapper = build_mapper(
+            args.pod_resources_socket, node_name=args.hostname, gpu_mem_unit_mib=args.gpu_mem_unit
+        )
     backend = _backend(args)
     return GpuExporter(
         backend,
@@ -176,6 +218,8 @@ def build_exporter(args: argparse.Namespace) -> GpuExporter:
         port=port,
         mapper=mapper,
         registry=process_registry(),
+        unhealthy_after=args.unhealthy_after,
+        collect_timeout_s=args.collect_timeout / 1000.0 or None,
     )
 
 

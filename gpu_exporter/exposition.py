@@ -5,14 +5,17 @@ dcgm-exporter's shape, which dashboards and adapter rules depend on:
 - one ``# HELP`` / ``# TYPE`` pair per metric, then its series; counters keep their bare DCGM
   names (no ``_total``);
 - labels in the order ``gpu, UUID, pci_bus_id, device, modelName`` (MIG instances add
-  ``GPU_I_PROFILE, GPU_I_ID`` here), ``Hostname`` (or ``hostname``), then the ``label``-type
-  counters (``DCGM_FI_DRIVER_VERSION``), then ``container, namespace, pod`` when the GPU is mapped
-  to a pod;
+  ``GPU_I_PROFILE, GPU_I_ID`` here), ``Hostname`` (or ``hostname``), in ACK label mode
+  ``NodeName``, then the ``label``-type counters (``DCGM_FI_DRIVER_VERSION``), then
+  ``container, namespace, pod`` when one container holds the GPU; ``DCGM_FI_DEV_XID_ERRORS``
+  adds ``err_code, err_msg``;
 - integers are written as integers, doubles with six decimals.
 
-ACK-style custom metrics follow: per process (``DCGM_CUSTOM_PROCESS_*``, with ``pid``) and per
-container (``DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED``), labelled with the GPU labels plus
-``NamespaceName, PodName, ContainerName, NodeName``.
+Per-container metrics follow (``DCGM_CUSTOM_PROCESS_*``: the sum over a container's processes on
+a GPU; ``DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED``: what the container was given of that GPU). They
+carry the GPU labels plus the pod labels of the label mode: ``container, namespace, pod``
+(upstream) or ``NamespaceName, PodName, ContainerName, NodeName`` (ACK). With ``per_process``
+there is one series per process instead, with a ``pid`` label (and processes outside any pod).
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from dataclasses import dataclass
 
 from gpu_exporter.backend import GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
 from gpu_exporter.counters import CUSTOM_METRICS, FIELDS, Counter, MetricType, ValueKind
+from gpu_exporter.xid import xid_description
 
-__all__ = ["HOSTNAME_LABELS", "ExpositionOptions", "escape_label_value", "render"]
+__all__ = ["HOSTNAME_LABELS", "LABEL_MODES", "ExpositionOptions", "escape_label_value", "render"]
 
 HOSTNAME_LABELS = ("Hostname", "hostname")
+LABEL_MODES = ("upstream", "ack")
+"""upstream: dcgm-exporter's labels; ack: ACK GPU monitoring's (NodeName, NamespaceName...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +45,21 @@ class ExpositionOptions:
     node_name: str = ""
     """Value of NodeName on custom metrics; defaults to the hostname."""
     custom_metrics: bool = True
-    """Emit the DCGM_CUSTOM_* per-process and per-container metrics."""
+    """Emit the DCGM_CUSTOM_* per-container metrics."""
+    label_mode: str = "upstream"
+    """``upstream`` or ``ack`` (see LABEL_MODES)."""
+    per_process: bool = False
+    """One DCGM_CUSTOM_PROCESS_* series per process (``pid`` label) instead of per container."""
 
     def __post_init__(self) -> None:
         if self.hostname_label not in HOSTNAME_LABELS:
             raise ValueError(f"hostname label must be one of {', '.join(HOSTNAME_LABELS)}")
+        if self.label_mode not in LABEL_MODES:
+            raise ValueError(f"label mode must be one of {', '.join(LABEL_MODES)}")
+
+    @property
+    def node(self) -> str:
+        return self.node_name or self.hostname
 
 
 def escape_label_value(value: str) -> str:
@@ -58,7 +74,7 @@ def _format(value: float, kind: ValueKind) -> str:
     return f"{value:f}"
 
 
-def _gpu_labels(info: GpuInfo, opts: ExpositionOptions, label_values: str) -> str:
+def _gpu_labels(info: GpuInfo, opts: ExpositionOptions) -> str:
     e = escape_label_value
     parts = [
         f'gpu="{info.index}",UUID="{e(info.uuid)}",pci_bus_id="{e(info.pci_bus_id)}",'
@@ -69,90 +85,134 @@ def _gpu_labels(info: GpuInfo, opts: ExpositionOptions, label_values: str) -> st
         parts.append(f',GPU_I_PROFILE="{e(info.mig_profile)}",GPU_I_ID="{instance}"')
     if opts.hostname:
         parts.append(f',{opts.hostname_label}="{e(opts.hostname)}"')
-    parts.append(label_values)
     return "".join(parts)
 
 
-def _pod_labels(pod: PodRef | None) -> str:
-    if pod is None:
-        return ""
+def _device_labels(gpu: GpuSample, opts: ExpositionOptions, base: str, label_values: str) -> str:
+    parts = [base]
+    if opts.label_mode == "ack":
+        parts.append(f',NodeName="{escape_label_value(opts.node)}"')
+    parts.append(label_values)
+    pod = gpu.pod
+    if opts.kubernetes and pod is not None:
+        e = escape_label_value
+        parts.append(
+            f',container="{e(pod.container)}",namespace="{e(pod.namespace)}",pod="{e(pod.pod)}"'
+        )
+    return "".join(parts)
+
+
+def _custom_pod_labels(pod: PodRef | None, opts: ExpositionOptions) -> str:
     e = escape_label_value
-    return f',container="{e(pod.container)}",namespace="{e(pod.namespace)}",pod="{e(pod.pod)}"'
+    ns, name, container = ("", "", "") if pod is None else (pod.namespace, pod.pod, pod.container)
+    if opts.label_mode == "ack":
+        return (
+            f',NamespaceName="{e(ns)}",PodName="{e(name)}",ContainerName="{e(container)}",'
+            f'NodeName="{e(opts.node)}"'
+        )
+    return f',container="{e(container)}",namespace="{e(ns)}",pod="{e(name)}"'
 
 
-def _custom_pod_labels(pod: PodRef | None, node_name: str) -> str:
-    e = escape_label_value
-    if pod is None:
-        return f',NamespaceName="",PodName="",ContainerName="",NodeName="{e(node_name)}"'
-    return (
-        f',NamespaceName="{e(pod.namespace)}",PodName="{e(pod.pod)}",'
-        f'ContainerName="{e(pod.container)}",NodeName="{e(node_name)}"'
-    )
+@dataclass(slots=True)
+class _Usage:
+    """What a container's processes (or one process) use of one GPU."""
+
+    sm: int = 0
+    mem_copy: int = 0
+    enc: int = 0
+    dec: int = 0
+    mem_used: int = 0
+
+    def add(self, p: ProcessSample) -> None:
+        self.sm += p.sm_util
+        self.mem_copy += p.mem_util
+        self.enc += p.enc_util
+        self.dec += p.dec_util
+        self.mem_used += p.used_memory_mib
+
+    def value(self, metric: str) -> int:
+        return {
+            "DCGM_CUSTOM_PROCESS_SM_UTIL": self.sm,
+            "DCGM_CUSTOM_PROCESS_MEM_COPY_UTIL": self.mem_copy,
+            "DCGM_CUSTOM_PROCESS_ENCODE_UTIL": self.enc,
+            "DCGM_CUSTOM_PROCESS_DECODE_UTIL": self.dec,
+            "DCGM_CUSTOM_PROCESS_MEM_USED": self.mem_used,
+        }[metric]
 
 
-def _process_value(name: str, proc: ProcessSample) -> int:
-    if name == "DCGM_CUSTOM_PROCESS_SM_UTIL":
-        return proc.sm_util
-    if name == "DCGM_CUSTOM_PROCESS_MEM_COPY_UTIL":
-        return proc.mem_util
-    if name == "DCGM_CUSTOM_PROCESS_ENCODE_UTIL":
-        return proc.enc_util
-    if name == "DCGM_CUSTOM_PROCESS_DECODE_UTIL":
-        return proc.dec_util
-    return proc.used_memory_mib
+def _usage_rows(gpu: GpuSample, opts: ExpositionOptions) -> list[tuple[str, _Usage]]:
+    """(label suffix, usage): per container by default, per process with per_process."""
+    if opts.per_process:
+        rows = []
+        for p in gpu.processes:
+            usage = _Usage()
+            usage.add(p)
+            rows.append((f',pid="{p.pid}"' + _custom_pod_labels(p.pod, opts), usage))
+        return rows
+    by_pod: dict[tuple[str, str, str], _Usage] = {}
+    refs: dict[tuple[str, str, str], PodRef] = {}
+    for p in gpu.processes:
+        if p.pod is None or not p.pod.pod:
+            continue  # outside any pod, or a pod nobody could name
+        key = (p.pod.namespace, p.pod.pod, p.pod.container)
+        refs.setdefault(key, p.pod)
+        by_pod.setdefault(key, _Usage()).add(p)
+    return [(_custom_pod_labels(refs[k], opts), by_pod[k]) for k in sorted(by_pod)]
 
 
 def render(snapshot: Snapshot, counters: Sequence[Counter], opts: ExpositionOptions) -> str:
     """The dcgm-exporter text exposition of one snapshot (failed GPUs have no series)."""
-    label_counters = [c for c in counters if c.type is MetricType.LABEL]
     label_values = "".join(
-        f',{c.field}="{escape_label_value(snapshot.driver_version)}"'
-        for c in label_counters
-        if c.field == "DCGM_FI_DRIVER_VERSION"
+        f',{c.metric}="{escape_label_value(snapshot.driver_version)}"'
+        for c in counters
+        if c.type is MetricType.LABEL and c.field == "DCGM_FI_DRIVER_VERSION"
     )
     gpus = snapshot.gpus
-    base = [_gpu_labels(g.info, opts, label_values) for g in gpus]
-    device = [
-        b + _pod_labels(g.pod) if opts.kubernetes else b for b, g in zip(base, gpus, strict=True)
-    ]
+    base = [_gpu_labels(g.info, opts) for g in gpus]
+    device = [_device_labels(g, opts, b, label_values) for g, b in zip(gpus, base, strict=True)]
     out: list[str] = []
     for c in counters:
         if c.type is MetricType.LABEL:
             continue
         kind = FIELDS[c.field].kind
         lines = [
-            f"{c.field}{{{labels}}} {_format(g.values[c.field], kind)}\n"
+            f"{c.metric}{{{labels}{_xid_labels(c.field, g.values[c.field])}}} "
+            f"{_format(g.values[c.field], kind)}\n"
             for g, labels in zip(gpus, device, strict=True)
             if c.field in g.values
         ]
         if lines:
-            out.append(f"# HELP {c.field} {c.help}\n# TYPE {c.field} {c.type.value}\n")
+            out.append(f"# HELP {c.metric} {c.help}\n# TYPE {c.metric} {c.type.value}\n")
             out.extend(lines)
     if opts.custom_metrics:
         _render_custom(out, gpus, base, opts)
     return "".join(out)
 
 
+def _xid_labels(field: str, value: float) -> str:
+    if field != "DCGM_FI_DEV_XID_ERRORS":
+        return ""
+    code = int(value)
+    return f',err_code="{code}",err_msg="{escape_label_value(xid_description(code))}"'
+
+
 def _render_custom(
     out: list[str], gpus: Sequence[GpuSample], base: Sequence[str], opts: ExpositionOptions
 ) -> None:
-    node = escape_label_value(opts.node_name or opts.hostname)
-    per_proc = [
-        [f',pid="{p.pid}"{_custom_pod_labels(p.pod, node)}' for p in g.processes] for g in gpus
-    ]
+    rows = [_usage_rows(g, opts) for g in gpus]
     for metric in CUSTOM_METRICS:
         name = metric.name
         if name == "DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED":
             lines = [
-                f"{name}{{{b}{_custom_pod_labels(g.pod, node)}}} {g.info.memory_total_mib}\n"
+                f"{name}{{{b}{_custom_pod_labels(a.pod, opts)}}} {a.memory_mib}\n"
                 for g, b in zip(gpus, base, strict=True)
-                if g.pod is not None
+                for a in g.allocations
             ]
         else:
             lines = [
-                f"{name}{{{b}{suffix}}} {_process_value(name, p)}\n"
-                for g, b, suffixes in zip(gpus, base, per_proc, strict=True)
-                for p, suffix in zip(g.processes, suffixes, strict=True)
+                f"{name}{{{b}{suffix}}} {usage.value(name)}\n"
+                for b, gpu_rows in zip(base, rows, strict=True)
+                for suffix, usage in gpu_rows
             ]
         if lines:
             out.append(f"# HELP {name} {metric.help}\n# TYPE {name} gauge\n")

@@ -38,8 +38,38 @@ _GPM_FIELDS = {
     "DCGM_FI_PROF_DRAM_ACTIVE": ("NVML_GPM_METRIC_DRAM_BW_UTIL", 0.01),
     "DCGM_FI_PROF_PCIE_TX_BYTES": ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", float(MIB)),
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", float(MIB)),
+    "DCGM_FI_PROF_SM_ACTIVE": ("NVML_GPM_METRIC_SM_UTIL", 0.01),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("NVML_GPM_METRIC_SM_OCCUPANCY", 0.01),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("NVML_GPM_METRIC_FP64_UTIL", 0.01),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("NVML_GPM_METRIC_FP32_UTIL", 0.01),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("NVML_GPM_METRIC_FP16_UTIL", 0.01),
 }
-_MEMORY_FIELDS = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
+_VIOLATIONS = {
+    # DCGM field: NVML perf-policy constant (violation time in ns)
+    "DCGM_FI_DEV_POWER_VIOLATION": "NVML_PERF_POLICY_POWER",
+    "DCGM_FI_DEV_THERMAL_VIOLATION": "NVML_PERF_POLICY_THERMAL",
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": "NVML_PERF_POLICY_SYNC_BOOST",
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": "NVML_PERF_POLICY_BOARD_LIMIT",
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": "NVML_PERF_POLICY_LOW_UTILIZATION",
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION": "NVML_PERF_POLICY_RELIABILITY",
+}
+_ECC = {
+    # DCGM field: (NVML error type, NVML counter type)
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC"),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC"),
+}
+_RETIRED = {
+    "DCGM_FI_DEV_RETIRED_SBE": "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
+    "DCGM_FI_DEV_RETIRED_DBE": "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",
+}
+_MEMORY_FIELDS = (
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_FB_TOTAL",
+)
 _INSTALL_HINT = (
     "install the NVIDIA driver (it ships libnvidia-ml.so.1) and run where /dev/nvidia* is "
     "visible, or run without a GPU with --simulate N"
@@ -141,6 +171,7 @@ class NvmlBackend:
             try:
                 mig = n.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
                 gi = int(n.nvmlDeviceGetGpuInstanceId(mig))
+                mig_uuid = _text(n.nvmlDeviceGetUUID(mig))
                 name = _text(n.nvmlDeviceGetName(mig))
                 total = int(n.nvmlDeviceGetMemoryInfo(mig).total) // MIB
             except n.NVMLError:
@@ -155,6 +186,7 @@ class NvmlBackend:
                 total,
                 mig_profile=profile,
                 mig_instance=gi,
+                mig_uuid=mig_uuid,
             )
             out.append((info, mig))
         return out
@@ -279,6 +311,7 @@ class NvmlBackend:
                 else int(bool(shared["rows"][3]))
             ),
         }
+        readers.update(self._error_readers(h))
         v: dict[str, float] = {}
         for name, read in readers.items():
             if name in fields:
@@ -291,6 +324,32 @@ class NvmlBackend:
             v.update(self._gpm(dev, fields))
         procs = self._process_samples(dev, h) if self._processes and not dev.mig else ()
         return GpuSample(dev.info, v, procs)
+
+    def _error_readers(self, h: Any) -> dict[str, Any]:
+        """Readers of the throughput, violation, ECC and retired-page fields."""
+        n, t = self._nvml, self._try
+        readers: dict[str, Any] = {
+            "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": lambda: t(
+                n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_TX_BYTES
+            ),
+            "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": lambda: t(
+                n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_RX_BYTES
+            ),
+            "DCGM_FI_DEV_RETIRED_PENDING": lambda: t(n.nvmlDeviceGetRetiredPagesPendingStatus, h),
+        }
+        for name, policy in _VIOLATIONS.items():
+            readers[name] = lambda p=policy: _attr(
+                t(n.nvmlDeviceGetViolationStatus, h, getattr(n, p)), "violationTime"
+            )
+        for name, (kind, counter) in _ECC.items():
+            readers[name] = lambda k=kind, c=counter: t(
+                n.nvmlDeviceGetTotalEccErrors, h, getattr(n, k), getattr(n, c)
+            )
+        for name, cause in _RETIRED.items():
+            readers[name] = lambda c=cause: _length(
+                t(n.nvmlDeviceGetRetiredPages, h, getattr(n, c))
+            )
+        return readers
 
     def _sample_mig(self, dev: _Device, fields: frozenset[str]) -> list[GpuSample]:
         out = []
@@ -315,6 +374,7 @@ class NvmlBackend:
         out: dict[str, float] = {
             "DCGM_FI_DEV_FB_FREE": int(mem.free) // MIB,
             "DCGM_FI_DEV_FB_USED": int(mem.used) // MIB,
+            "DCGM_FI_DEV_FB_TOTAL": int(mem.total) // MIB,
         }
         if reserved is not None:
             out["DCGM_FI_DEV_FB_RESERVED"] = reserved
@@ -426,6 +486,14 @@ class NvmlBackend:
                 self._call_or(None, lambda d=dev: n.nvmlGpmSampleFree(d.gpm_prev))
                 dev.gpm_prev = None
         self._call_or(None, n.nvmlShutdown)
+
+
+def _attr(value: Any, name: str) -> Any:
+    return None if value is None else getattr(value, name)
+
+
+def _length(value: Any) -> int | None:
+    return None if value is None else len(value)
 
 
 def _milli(value: Any) -> float | None:

@@ -17,12 +17,10 @@ Fields not listed are skipped, whatever their wire type. Any malformed message r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from gpu_exporter.backend import PodRef
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -34,14 +32,12 @@ __all__ = [
     "PodResourcesError",
     "decode_list_response",
     "encode_list_response",
-    "gpu_allocations",
 ]
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Largest List response accepted (bytes), as dcgm-exporter."""
-GPU_RESOURCE_PREFIX = "nvidia.com/"
 
 
 class PodResourcesError(Exception):
@@ -194,18 +190,6 @@ def encode_list_response(pods: Sequence[PodResources]) -> bytes:
     return bytes(out)
 
 
-def gpu_allocations(pods: Sequence[PodResources]) -> dict[str, PodRef]:
-    """GPU (or MIG) device id -> the container it is allocated to."""
-    out: dict[str, PodRef] = {}
-    for pod in pods:
-        for d in pod.devices:
-            if not d.resource_name.startswith(GPU_RESOURCE_PREFIX):
-                continue
-            for device_id in d.device_ids:
-                out[device_id] = PodRef(pod.namespace, pod.name, d.container)
-    return out
-
-
 # ---- client --------------------------------------------------------------------------------
 
 
@@ -239,6 +223,8 @@ class PodResourcesClient:
         return self._list
 
     def list(self) -> list[PodResources]:
+        if not self.available():
+            raise PodResourcesError(f"{self.socket_path} does not exist")
         call = self._connect()
         try:
             data = call(b"", timeout=self.timeout_s)
@@ -247,9 +233,6 @@ class PodResourcesClient:
                 f"List on {self.socket_path} failed: {_rpc_reason(exc)}"
             ) from exc
         return decode_list_response(data)
-
-    def allocations(self) -> Mapping[str, PodRef]:
-        return gpu_allocations(self.list())
 
     def close(self) -> None:
         if self._channel is not None:

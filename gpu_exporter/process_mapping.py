@@ -4,9 +4,9 @@
   (``/kubepods/burstable/pod<uid>/<container-id>``) and the systemd driver's form
   (``/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>.slice/
   cri-containerd-<container-id>.scope``), cgroup v1 and v2, are understood.
-- A GPU's pod comes from the kubelet pod-resources API (which container got which device id).
-- A pod UID becomes a name through an optional lookup (e.g. the API server); without one, a
-  process on a GPU allocated to a single container is attributed to that container.
+- A GPU's containers come from the kubelet pod-resources API (which container got which device
+  id; see `gpu_exporter.allocation` for the sharing modes).
+- A pod UID becomes a name through a lookup (the API server, `gpu_exporter.kube_pods`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter.backend import GpuSample, PodRef, ProcessSample, Snapshot
+from gpu_exporter.allocation import DEFAULT_GPU_MEM_UNIT_MIB, allocations_by_gpu, gpu_key
+from gpu_exporter.backend import Allocation, GpuSample, PodRef, ProcessSample, Snapshot
+from gpu_exporter.podresources import PodResources
 
 __all__ = [
     "MAX_CGROUP_FILE_BYTES",
@@ -85,35 +87,58 @@ PodLookup = Callable[[CgroupRef], PodRef | None]
 
 
 class PodMapper:
-    """Fills `GpuSample.pod` and `ProcessSample.pod` of a snapshot."""
+    """Fills `GpuSample.allocations` and `ProcessSample.pod` of a snapshot.
+
+    A GPU's containers come from the kubelet (`allocations_by_gpu`: exclusive, time-sliced,
+    MIG, ACK shared). A process's pod comes from its own cgroup (pod UID and container id),
+    named through ``pod_lookup``. A process outside any pod cgroup (a host tool, a daemon) is
+    never attributed. Only where no lookup is configured at all is a process in a pod taken to
+    be the GPU's container, and only when exactly one container holds that GPU.
+    """
 
     def __init__(
         self,
-        allocations: Callable[[], Mapping[str, PodRef]] | None = None,
+        pod_resources: Callable[[], Sequence[PodResources]] | None = None,
         *,
         pod_lookup: PodLookup | None = None,
         proc_root: str | Path = "/proc",
+        gpu_mem_unit_mib: int = DEFAULT_GPU_MEM_UNIT_MIB,
     ) -> None:
-        self._allocations = allocations
+        self._pod_resources = pod_resources
         self._lookup = pod_lookup
         self._proc_root = proc_root
+        self._unit = gpu_mem_unit_mib
+        self._last_error = ""
+
+    def _kubelet(self) -> Sequence[PodResources]:
+        if self._pod_resources is None:
+            return ()
+        try:
+            pods = self._pod_resources()
+        except Exception as exc:  # a kubelet hiccup must not fail the collection
+            if str(exc) != self._last_error:
+                log.warning("pod-resources unavailable error=%s", exc)
+            self._last_error = str(exc)
+            return ()
+        self._last_error = ""
+        return pods
 
     def apply(self, snapshot: Snapshot) -> Snapshot:
-        allocations: Mapping[str, PodRef] = {}
-        if self._allocations is not None:
-            try:
-                allocations = self._allocations()
-            except Exception as exc:  # a kubelet hiccup must not fail the collection
-                log.warning("pod-resources unavailable error=%s", exc)
-        gpus = tuple(self._map_gpu(g, allocations) for g in snapshot.gpus)
+        table = allocations_by_gpu(
+            self._kubelet(), (g.info for g in snapshot.gpus), gpu_mem_unit_mib=self._unit
+        )
+        gpus = tuple(
+            self._map_gpu(g, table.get(gpu_key(g.info), g.allocations)) for g in snapshot.gpus
+        )
         return dataclasses.replace(snapshot, gpus=gpus)
 
-    def _map_gpu(self, gpu: GpuSample, allocations: Mapping[str, PodRef]) -> GpuSample:
-        pod = gpu.pod or allocations.get(gpu.info.uuid)
-        procs = tuple(self._map_process(p, pod) for p in gpu.processes)
-        return dataclasses.replace(gpu, pod=pod, processes=procs)
+    def _map_gpu(self, gpu: GpuSample, allocations: tuple[Allocation, ...]) -> GpuSample:
+        holders = {a.pod for a in allocations}
+        only = next(iter(holders)) if len(holders) == 1 else None
+        procs = tuple(self._map_process(p, only) for p in gpu.processes)
+        return dataclasses.replace(gpu, allocations=allocations, processes=procs)
 
-    def _map_process(self, proc: ProcessSample, gpu_pod: PodRef | None) -> ProcessSample:
+    def _map_process(self, proc: ProcessSample, only_holder: PodRef | None) -> ProcessSample:
         if proc.pod is not None:
             return proc
         ref = read_process_cgroup(proc.pid, self._proc_root)
@@ -125,8 +150,8 @@ class PodMapper:
                 pod = self._lookup(ref)
             except Exception as exc:
                 log.warning("pod lookup failed uid=%s error=%s", ref.pod_uid, exc)
-        if pod is None and gpu_pod is not None and gpu_pod.pod_uid in ("", ref.pod_uid):
-            pod = gpu_pod
+        elif only_holder is not None and only_holder.pod_uid in ("", ref.pod_uid):
+            pod = only_holder
         if pod is None:
             pod = PodRef("", "", "", ref.pod_uid)
         return dataclasses.replace(proc, pod=dataclasses.replace(pod, pod_uid=ref.pod_uid))

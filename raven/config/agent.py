@@ -74,6 +74,26 @@ class GpuExporterConfig:
     model: str = doc("Simulated GPU model.", default="NVIDIA H100 80GB HBM3")
     seed: int = doc("Seed of the simulation.", default=1)
     hostname: str | None = doc("Hostname label; the node name when unset.", default=None)
+    sharing: str = doc(
+        "How simulated GPUs are shared: exclusive, time-slicing, mig or ack-share.",
+        default="exclusive",
+    )
+    interval_s: float = doc("Collection interval (seconds).", default=30.0)
+    kubernetes: bool = doc(
+        "Map GPUs and processes to pods (kubelet pod-resources socket, /proc cgroups, API server).",
+        default=False,
+    )
+    pod_resources_socket: str = doc(
+        "The kubelet's pod-resources socket.",
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+    )
+    label_mode: str = doc(
+        "upstream (dcgm-exporter's labels) or ack (NodeName, NamespaceName, PodName...).",
+        default="upstream",
+    )
+    per_process: bool = doc(
+        "One DCGM_CUSTOM_PROCESS_* series per process instead of per container.", default=False
+    )
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter import cli
-from gpu_exporter.backend import PodRef, Snapshot
+from gpu_exporter.backend import Snapshot
 from gpu_exporter.counters import default_counters
 from gpu_exporter.exposition import ExpositionOptions
 from gpu_exporter.podresources import (
@@ -127,30 +128,89 @@ class FlakyBackend:
         pass
 
 
-async def test_failed_collection_keeps_last_snapshot(http: aiohttp.ClientSession) -> None:
+async def wait_until(check: object, what: str, deadline_s: float = 20.0) -> None:
+    """Poll ``check()`` until true (no timing assertion: only a generous give-up)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not check():  # type: ignore[operator]
+        if loop.time() > end:
+            pytest.fail(f"gave up waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_failed_collections_withdraw_series_then_healthz_fails(
+    http: aiohttp.ClientSession,
+) -> None:
     backend = FlakyBackend()
-    async with make_exporter(backend, interval_s=0.05) as ex:
+    async with make_exporter(backend, interval_s=0.05, unhealthy_after=3) as ex:
         status, _, _ = await get(http, ex, "/metrics")
         assert status == 200
         backend.fail = True
-        await asyncio.sleep(0.4)
+        await wait_until(lambda: ex.health()[0] is False, "three failed collections")
         status, _, body = await get(http, ex, "/metrics")
         assert status == 200
         fam = families(body.decode())
-        assert fam["DCGM_FI_DEV_GPU_TEMP"]  # still the last good snapshot
+        assert "DCGM_FI_DEV_GPU_TEMP" not in fam  # stale values withdrawn, not served as live
+        assert {v for _, v in fam["raven_gpu_exporter_gpu_up"]} == {0.0}
+        assert fam["raven_gpu_exporter_consecutive_failed_collections"][0][1] >= 3
         errors = [
             v for lbl, v in fam["raven_gpu_exporter_collections_total"] if lbl["result"] == "error"
         ]
-        assert errors and errors[0] >= 2
-        status, _, text = await get(http, ex, "/health")
-        assert status == 503 and b"driver wedged" in text
-        # the project-wide probes: alive, but not ready while collection fails
+        assert errors and errors[0] >= 3
+        for path in ("/health", "/healthz"):
+            status, _, text = await get(http, ex, path)
+            assert status == 503 and b"driver wedged" in text, path
         assert (await get(http, ex, "/readyz"))[0] == 503
-        assert (await get(http, ex, "/healthz"))[0] == 200
         backend.fail = False
-        await asyncio.sleep(0.2)
-        status, _, _ = await get(http, ex, "/health")
-        assert status == 200
+        await wait_until(lambda: ex.health()[0] and ex.ready()[0], "recovery")
+        assert (await get(http, ex, "/healthz"))[0] == 200
+        fam = families((await get(http, ex, "/metrics"))[2].decode())
+        assert fam["DCGM_FI_DEV_GPU_TEMP"]
+
+
+class HangingBackend:
+    """Blocks inside collect (a hung NVML call) until released."""
+
+    name = "hanging"
+
+    def __init__(self) -> None:
+        self.inner = SimulatedBackend(1)
+        self.hang = threading.Event()
+        self.release = threading.Event()
+        self.calls = 0
+
+    def collect(self, fields: frozenset[str], now: float) -> Snapshot:
+        self.calls += 1
+        if self.hang.is_set():
+            self.release.wait(30)
+        return self.inner.collect(fields, now)
+
+    def close(self) -> None:
+        pass
+
+
+async def test_watchdog_declares_a_hung_collection(http: aiohttp.ClientSession) -> None:
+    backend = HangingBackend()
+    async with make_exporter(
+        backend, interval_s=0.05, unhealthy_after=2, collect_timeout_s=0.1
+    ) as ex:
+        backend.hang.set()
+        await wait_until(lambda: ex.health()[0] is False, "two hung collections")
+        calls = backend.calls
+        _, _, body = await get(http, ex, "/metrics")
+        fam = families(body.decode())
+        assert "DCGM_FI_DEV_GPU_TEMP" not in fam
+        hung = [
+            v for lbl, v in fam["raven_gpu_exporter_collections_total"] if lbl["result"] == "hung"
+        ]
+        assert hung and hung[0] >= 2
+        assert (await get(http, ex, "/healthz"))[0] == 503
+        await asyncio.sleep(0.3)
+        assert backend.calls == calls  # never a second collection while one hangs
+        backend.hang.clear()
+        backend.release.set()
+        await wait_until(lambda: backend.calls > calls and ex.ready()[0], "a fresh collection")
+        assert ex.health()[0]
 
 
 async def test_collection_loop_refreshes() -> None:
@@ -199,6 +259,16 @@ def test_cli_flags() -> None:
     assert ex.options == ExpositionOptions(
         hostname="n7", hostname_label="hostname", kubernetes=True, node_name="n7"
     )
+    assert (ex.unhealthy_after, ex.collect_timeout_s) == (3, 10.0)
+    args2 = parse_cli(
+        ["gpu-exporter", "--simulate", "2", "--model", "H100", "--sharing", "mig",
+         "--label-mode", "ack", "--per-process", "--unhealthy-after", "5",
+         "--collect-timeout", "2500", "--gpu-mem-unit", "512"]
+    )  # fmt: skip
+    ex2 = cli.build_exporter(args2)
+    assert ex2.options.label_mode == "ack" and ex2.options.per_process
+    assert (ex2.unhealthy_after, ex2.collect_timeout_s) == (5, 2.5)
+    assert isinstance(ex2.backend, SimulatedBackend) and ex2.backend.sharing == "mig"
     assert (
         isinstance(ex.backend, SimulatedBackend)
         and ex.backend.count == 3
@@ -214,20 +284,19 @@ def test_cli_flags() -> None:
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "c.csv"
-    bad.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_BOGUS, gauge, x\n")
-    assert (
-        parse_cli(["gpu-exporter", "--simulate", "1", "-f", str(bad)]).func(
-            parse_cli(["gpu-exporter", "--simulate", "1", "-f", str(bad)])
-        )
-        == 2
-    )
+    bad.write_text("DCGM_FI_DEV_GPU_TEMP, histogram, t\n")
+    args = parse_cli(["gpu-exporter", "--simulate", "1", "-f", str(bad)])
+    assert args.func(args) == 2
     err = capsys.readouterr().err
-    assert f"{bad}:2: unknown or unsupported field 'DCGM_FI_BOGUS'" in err
+    assert f"{bad}:1: unknown metric type 'histogram'" in err
     args = parse_cli(["gpu-exporter", "--simulate", "1", "-c", "5"])
     assert cli.run(args) == 2
     assert "--collect-interval" in capsys.readouterr().err
-    assert cli.run(parse_cli(["gpu-exporter", "--simulate", "1", "--model", "V100"])) == 2
-    assert "unknown GPU model 'V100'" in capsys.readouterr().err
+    assert cli.run(parse_cli(["gpu-exporter", "--simulate", "1", "--model", "V200"])) == 2
+    assert "unknown GPU model 'V200'" in capsys.readouterr().err
+    args = parse_cli(["gpu-exporter", "--simulate", "1", "--model", "T4", "--sharing", "mig"])
+    assert cli.run(args) == 2
+    assert "has no MIG" in capsys.readouterr().err
     assert cli.run(parse_cli(["gpu-exporter", "--simulate", "1", "-a", "nowhere"])) == 2
     assert "HOST:PORT" in capsys.readouterr().err
 
@@ -333,14 +402,14 @@ def test_pod_resources_over_a_real_grpc_unix_socket(tmp_path: Path) -> None:
     try:
         assert client.available()
         assert client.list() == pods
-        assert client.allocations() == {"GPU-aaa": PodRef("ml", "trainer-0", "main")}
+        assert client.list() == pods
         assert seen == [b"", b""]
     finally:
         client.close()
         server.stop(None)
     missing = PodResourcesClient(tmp_path / "nope.sock", timeout_s=0.5)
     assert not missing.available()
-    with pytest.raises(PodResourcesError, match="failed"):
+    with pytest.raises(PodResourcesError, match="does not exist"):
         missing.list()
     missing.close()
 
@@ -357,6 +426,12 @@ async def test_embedded_exporter_for_the_agent() -> None:
         model: str = "NVIDIA H100 80GB HBM3"
         seed: int = 1
         hostname: str | None = "edge-gpu-9"
+        sharing: str = "time-slicing"
+        interval_s: float = 30.0
+        kubernetes: bool = True
+        pod_resources_socket: str = "/nonexistent/kubelet.sock"
+        label_mode: str = "ack"
+        per_process: bool = False
 
     exporter = await start_embedded_exporter(Config())
     try:
@@ -367,6 +442,9 @@ async def test_embedded_exporter_for_the_agent() -> None:
             text = await r.text()
         assert r.status == 200
         assert 'Hostname="edge-gpu-9"' in text and 'gpu="1"' in text
+        # the same exporter as the standalone one: ACK labels, three pods per shared GPU
+        assert 'NodeName="edge-gpu-9"' in text
+        assert text.count("DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED{") == 6
     finally:
         await exporter.stop()
     with pytest.raises(ValueError, match="unknown GPU model"):

@@ -1,8 +1,10 @@
 """A fake pynvml module that behaves like the real bindings.
 
-It reuses the real module's error classes and constants (so ``NVMLError(NVML_ERROR_GPU_IS_LOST)``
-is an ``NVMLError_GpuIsLost``, exactly as the bindings raise it) and real ctypes structures where
-the backend reads them (field values, GPM requests); device state lives in `FakeGpu` objects.
+`FakeNvml` is a module object whose methods are the NVML calls the backend makes, grouped as the
+NVML API documentation groups them. It reuses the real module's error classes and constants (so
+``NVMLError(NVML_ERROR_GPU_IS_LOST)`` is an ``NVMLError_GpuIsLost``, exactly as the bindings raise
+it) and real ctypes structures where the backend reads them (field values, GPM requests). Device
+state lives in `FakeGpu` / `FakeMig` objects; a test changes them between collections.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class FakeMig:
     total: int
     used: int
     processes: list[FakeProcess] = field(default_factory=list)
+    uuid: str = ""
 
 
 @dataclass
@@ -40,7 +43,6 @@ class FakeGpu:
     uuid: str = "GPU-11111111-2222-3333-4444-555555555555"
     name: str = "NVIDIA H100 80GB HBM3"
     bus_id: bytes = b"00000000:18:00.0"
-    minor: int = 0
     sm_clock: int = 1980
     mem_clock: int = 2619
     temp: int = 65
@@ -67,8 +69,27 @@ class FakeGpu:
             pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 33.0,
             pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 10.0,
             pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 2.5,
+            pynvml.NVML_GPM_METRIC_SM_UTIL: 90.0,
+            pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
+            pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.0,
+            pynvml.NVML_GPM_METRIC_FP32_UTIL: 12.0,
+            pynvml.NVML_GPM_METRIC_FP16_UTIL: 6.0,
         }
     )
+    pcie_tx_kbs: int = 1200
+    pcie_rx_kbs: int = 3400
+    violation_ns: int = 7_000_000
+    ecc: dict[tuple[int, int], int] = field(
+        default_factory=lambda: {
+            (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC): 2,
+            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC): 0,
+            (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_AGGREGATE_ECC): 11,
+            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC): 1,
+        }
+    )
+    retired_sbe: int = 2
+    retired_dbe: int = 1
+    retired_pending: int = 0
     processes: list[FakeProcess] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
@@ -82,281 +103,261 @@ class Handle:
     mig: int | None = None
 
 
-class FakeState:
-    def __init__(self, gpus: list[FakeGpu]) -> None:
-        self.gpus = gpus
-        self.init_error: int | None = None
-        self.driver = "550.54.15"
-        self.events: list[tuple[int, int]] = []  # (gpu index, xid)
-        self.calls: list[str] = []
-        self.shutdown = False
-        self.gpm_live = 0
-
-
 def _err(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
 
 
-def make_fake_nvml(gpus: list[FakeGpu]) -> tuple[types.ModuleType, FakeState]:
-    st = FakeState(gpus)
-    m = types.ModuleType("fake_pynvml")
-    for name in dir(pynvml):
-        if name.startswith(("NVML_", "NVMLError", "nvmlEventType", "nvmlMemory_v")):
-            setattr(m, name, getattr(pynvml, name))
-    setattr(m, "c_nvmlGpmMetricsGet_t", pynvml.c_nvmlGpmMetricsGet_t)  # noqa: B010
+def _ns(**kw: Any) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**kw)
 
-    def dev(h: Handle, fn: str) -> FakeGpu:
-        st.calls.append(fn)
-        g = st.gpus[h.index]
+
+class FakeNvml(types.ModuleType):
+    """The pynvml calls the backend makes, over FakeGpu state; also the test's handle on it."""
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        super().__init__("fake_pynvml")
+        for name in dir(pynvml):
+            if name.startswith(("NVML_", "NVMLError", "nvmlEventType", "nvmlMemory_v")):
+                setattr(self, name, getattr(pynvml, name))
+        self.c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
+        self.gpus = gpus
+        self.init_error: int | None = None
+        self.driver = "550.54.15"
+        self.events: list[tuple[int, int]] = []  # (gpu index, xid) waiting to be read
+        self.calls: list[str] = []
+        self.shutdown = False
+        self.gpm_live = 0  # GPM samples allocated and not freed
+
+    # ---- how a call reaches a device ---------------------------------------------------
+
+    def _gpu(self, h: Handle, fn: str) -> FakeGpu:
+        """The GPU behind a handle; raises as NVML does for a lost GPU or an unsupported call."""
+        self.calls.append(fn)
+        g = self.gpus[h.index]
         if g.lost:
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         if fn in g.unsupported:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return g
 
-    def api(fn: Any) -> Any:
-        setattr(m, fn.__name__, fn)
-        return fn
+    # ---- initialisation and system -----------------------------------------------------
 
-    @api
-    def nvmlInit() -> None:
-        if st.init_error is not None:
-            raise _err(st.init_error)
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise _err(self.init_error)
 
-    @api
-    def nvmlShutdown() -> None:
-        st.shutdown = True
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
 
-    @api
-    def nvmlSystemGetDriverVersion() -> str:
-        return st.driver
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
 
-    @api
-    def nvmlDeviceGetCount() -> int:
-        return len(st.gpus)
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
 
-    @api
-    def nvmlDeviceGetHandleByIndex(i: int) -> Handle:
-        dev(Handle(i), "nvmlDeviceGetHandleByIndex")
+    # ---- identity ------------------------------------------------------------------------
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> Handle:
+        self._gpu(Handle(i), "nvmlDeviceGetHandleByIndex")
         return Handle(i)
 
-    @api
-    def nvmlDeviceGetIndex(h: Handle) -> int:
+    def nvmlDeviceGetIndex(self, h: Handle) -> int:
         return h.index
 
-    @api
-    def nvmlDeviceGetMinorNumber(h: Handle) -> int:
-        return dev(h, "nvmlDeviceGetMinorNumber").minor
-
-    @api
-    def nvmlDeviceGetUUID(h: Handle) -> str:
-        return dev(h, "nvmlDeviceGetUUID").uuid
-
-    @api
-    def nvmlDeviceGetPciInfo(h: Handle) -> Any:
-        return types.SimpleNamespace(busId=dev(h, "nvmlDeviceGetPciInfo").bus_id)
-
-    @api
-    def nvmlDeviceGetName(h: Handle) -> str:
-        g = dev(h, "nvmlDeviceGetName")
+    def nvmlDeviceGetUUID(self, h: Handle) -> str:
+        g = self._gpu(h, "nvmlDeviceGetUUID")
         if h.mig is not None:
-            return f"{g.name} MIG {g.mig[h.mig].name}"
-        return g.name
+            return g.mig[h.mig].uuid or f"MIG-{g.uuid[4:]}-{g.mig[h.mig].gi}"
+        return g.uuid
 
-    @api
-    def nvmlDeviceGetMemoryInfo(h: Handle, version: int | None = None) -> Any:
-        g = dev(h, "nvmlDeviceGetMemoryInfo")
-        total, used, reserved = g.total, g.used, g.reserved
-        if h.mig is not None:
-            mg = g.mig[h.mig]
-            total, used, reserved = mg.total, mg.used, 0
-        if version:
-            if not g.memory_v2:
-                raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-            free = total - reserved - used
-            return types.SimpleNamespace(
-                version=version, total=total, reserved=reserved, free=free, used=used
-            )
-        return types.SimpleNamespace(
-            total=total, free=total - used - reserved, used=used + reserved
-        )
+    def nvmlDeviceGetPciInfo(self, h: Handle) -> Any:
+        return _ns(busId=self._gpu(h, "nvmlDeviceGetPciInfo").bus_id)
 
-    @api
-    def nvmlDeviceGetClockInfo(h: Handle, clock: int) -> int:
-        g = dev(h, "nvmlDeviceGetClockInfo")
+    def nvmlDeviceGetName(self, h: Handle) -> str:
+        g = self._gpu(h, "nvmlDeviceGetName")
+        return g.name if h.mig is None else f"{g.name} MIG {g.mig[h.mig].name}"
+
+    # ---- readings ------------------------------------------------------------------------
+
+    def nvmlDeviceGetClockInfo(self, h: Handle, clock: int) -> int:
+        g = self._gpu(h, "nvmlDeviceGetClockInfo")
         return g.sm_clock if clock == pynvml.NVML_CLOCK_SM else g.mem_clock
 
-    @api
-    def nvmlDeviceGetTemperature(h: Handle, sensor: int) -> int:
+    def nvmlDeviceGetTemperature(self, h: Handle, sensor: int) -> int:
         assert sensor == pynvml.NVML_TEMPERATURE_GPU
-        return dev(h, "nvmlDeviceGetTemperature").temp
+        return self._gpu(h, "nvmlDeviceGetTemperature").temp
 
-    @api
-    def nvmlDeviceGetFieldValues(h: Handle, ids: list[Any]) -> Any:
-        g = dev(h, "nvmlDeviceGetFieldValues")
+    def nvmlDeviceGetPowerUsage(self, h: Handle) -> int:
+        return self._gpu(h, "nvmlDeviceGetPowerUsage").power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Handle) -> int:
+        return self._gpu(h, "nvmlDeviceGetTotalEnergyConsumption").energy_mj
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: Handle) -> int:
+        return self._gpu(h, "nvmlDeviceGetPcieReplayCounter").replay
+
+    def nvmlDeviceGetPcieThroughput(self, h: Handle, counter: int) -> int:
+        g = self._gpu(h, "nvmlDeviceGetPcieThroughput")
+        return g.pcie_tx_kbs if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else g.pcie_rx_kbs
+
+    def nvmlDeviceGetUtilizationRates(self, h: Handle) -> Any:
+        g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
+        return _ns(gpu=g.util_gpu, memory=g.util_mem)
+
+    def nvmlDeviceGetEncoderUtilization(self, h: Handle) -> list[int]:
+        return [self._gpu(h, "nvmlDeviceGetEncoderUtilization").enc, 167000]
+
+    def nvmlDeviceGetDecoderUtilization(self, h: Handle) -> list[int]:
+        return [self._gpu(h, "nvmlDeviceGetDecoderUtilization").dec, 167000]
+
+    def nvmlDeviceGetVirtualizationMode(self, h: Handle) -> int:
+        return self._gpu(h, "nvmlDeviceGetVirtualizationMode").virt_mode
+
+    def nvmlDeviceGetGridLicensableFeatures(self, h: Handle) -> Any:
+        self._gpu(h, "nvmlDeviceGetGridLicensableFeatures")
+        feature = _ns(featureState=1)
+        return _ns(
+            isGridLicenseSupported=1, licensableFeaturesCount=1, gridLicensableFeatures=[feature]
+        )
+
+    def nvmlDeviceGetFieldValues(self, h: Handle, ids: list[Any]) -> Any:
+        g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        values = {
+            pynvml.NVML_FI_DEV_MEMORY_TEMP: ("memory_temp", g.mem_temp),
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX: ("nvlink", g.nvlink_tx_kib),
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX: ("nvlink", g.nvlink_rx_kib),
+        }
         arr = (pynvml.c_nvmlFieldValue_t * len(ids))()
         for i, requested in enumerate(ids):
             fid = requested[0] if isinstance(requested, tuple) else requested
             arr[i].fieldId = fid
-            if fid == pynvml.NVML_FI_DEV_MEMORY_TEMP:
-                if "memory_temp" in g.unsupported:
-                    arr[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-                    continue
-                arr[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-                arr[i].value.uiVal = g.mem_temp
-            elif fid in (
-                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
-                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
-            ):
-                if "nvlink" in g.unsupported:
-                    arr[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-                    continue
-                arr[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                tx = fid == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX
-                arr[i].value.ullVal = g.nvlink_tx_kib if tx else g.nvlink_rx_kib
-            else:
+            feature, value = values.get(fid, ("unknown", 0))
+            if feature == "unknown" or feature in g.unsupported:
                 arr[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            elif feature == "memory_temp":
+                arr[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                arr[i].value.uiVal = value
+            else:
+                arr[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                arr[i].value.ullVal = value
         return arr
 
-    @api
-    def nvmlDeviceGetPowerUsage(h: Handle) -> int:
-        return dev(h, "nvmlDeviceGetPowerUsage").power_mw
+    # ---- memory --------------------------------------------------------------------------
 
-    @api
-    def nvmlDeviceGetTotalEnergyConsumption(h: Handle) -> int:
-        return dev(h, "nvmlDeviceGetTotalEnergyConsumption").energy_mj
+    def nvmlDeviceGetMemoryInfo(self, h: Handle, version: int | None = None) -> Any:
+        g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
+        total, used, reserved = g.total, g.used, g.reserved
+        if h.mig is not None:
+            total, used, reserved = g.mig[h.mig].total, g.mig[h.mig].used, 0
+        if not version:  # v1: reserved memory counts as used
+            return _ns(total=total, free=total - used - reserved, used=used + reserved)
+        if not g.memory_v2:
+            raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        free = total - reserved - used
+        return _ns(version=version, total=total, reserved=reserved, free=free, used=used)
 
-    @api
-    def nvmlDeviceGetPcieReplayCounter(h: Handle) -> int:
-        return dev(h, "nvmlDeviceGetPcieReplayCounter").replay
+    # ---- errors and health ---------------------------------------------------------------
 
-    @api
-    def nvmlDeviceGetUtilizationRates(h: Handle) -> Any:
-        g = dev(h, "nvmlDeviceGetUtilizationRates")
-        return types.SimpleNamespace(gpu=g.util_gpu, memory=g.util_mem)
+    def nvmlDeviceGetRemappedRows(self, h: Handle) -> tuple[int, int, int, int]:
+        return self._gpu(h, "nvmlDeviceGetRemappedRows").rows
 
-    @api
-    def nvmlDeviceGetEncoderUtilization(h: Handle) -> list[int]:
-        return [dev(h, "nvmlDeviceGetEncoderUtilization").enc, 167000]
+    def nvmlDeviceGetViolationStatus(self, h: Handle, policy: int) -> Any:
+        g = self._gpu(h, "nvmlDeviceGetViolationStatus")
+        return _ns(referenceTime=1, violationTime=g.violation_ns + policy)
 
-    @api
-    def nvmlDeviceGetDecoderUtilization(h: Handle) -> list[int]:
-        return [dev(h, "nvmlDeviceGetDecoderUtilization").dec, 167000]
+    def nvmlDeviceGetTotalEccErrors(self, h: Handle, kind: int, counter: int) -> int:
+        return self._gpu(h, "nvmlDeviceGetTotalEccErrors").ecc[(kind, counter)]
 
-    @api
-    def nvmlDeviceGetRemappedRows(h: Handle) -> tuple[int, int, int, int]:
-        return dev(h, "nvmlDeviceGetRemappedRows").rows
+    def nvmlDeviceGetRetiredPages(self, h: Handle, cause: int) -> list[int]:
+        g = self._gpu(h, "nvmlDeviceGetRetiredPages")
+        sbe = pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        return [0x1000 * i for i in range(g.retired_sbe if cause == sbe else g.retired_dbe)]
 
-    @api
-    def nvmlDeviceGetVirtualizationMode(h: Handle) -> int:
-        return dev(h, "nvmlDeviceGetVirtualizationMode").virt_mode
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: Handle) -> int:
+        return self._gpu(h, "nvmlDeviceGetRetiredPagesPendingStatus").retired_pending
 
-    @api
-    def nvmlDeviceGetGridLicensableFeatures(h: Handle) -> Any:
-        dev(h, "nvmlDeviceGetGridLicensableFeatures")
-        feature = types.SimpleNamespace(featureState=1)
-        return types.SimpleNamespace(
-            isGridLicenseSupported=1, licensableFeaturesCount=1, gridLicensableFeatures=[feature]
-        )
+    # ---- GPM (profiling metrics) ---------------------------------------------------------
 
-    @api
-    def nvmlGpmQueryDeviceSupport(h: Handle) -> Any:
-        g = dev(h, "nvmlGpmQueryDeviceSupport")
-        return types.SimpleNamespace(version=1, isSupportedDevice=1 if g.gpm else 0)
+    def nvmlGpmQueryDeviceSupport(self, h: Handle) -> Any:
+        g = self._gpu(h, "nvmlGpmQueryDeviceSupport")
+        return _ns(version=1, isSupportedDevice=1 if g.gpm else 0)
 
-    @api
-    def nvmlGpmSampleAlloc() -> Any:
-        st.gpm_live += 1
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self.gpm_live += 1
         return pynvml.c_nvmlGpmSample_t()
 
-    @api
-    def nvmlGpmSampleGet(h: Handle, sample: Any) -> Any:
-        dev(h, "nvmlGpmSampleGet")
+    def nvmlGpmSampleGet(self, h: Handle, sample: Any) -> Any:
+        self._gpu(h, "nvmlGpmSampleGet")
         return sample
 
-    @api
-    def nvmlGpmSampleFree(sample: Any) -> None:
-        st.gpm_live -= 1
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.gpm_live -= 1
 
-    @api
-    def nvmlGpmMetricsGet(req: Any) -> Any:
+    def nvmlGpmMetricsGet(self, req: Any) -> Any:
         assert req.version == pynvml.NVML_GPM_METRICS_GET_VERSION
-        g = st.gpus[0]
+        values = self.gpus[0].gpm_values
         for i in range(req.numMetrics):
             metric = req.metrics[i]
-            if metric.metricId in g.gpm_values:
-                metric.value = g.gpm_values[metric.metricId]
+            if metric.metricId in values:
+                metric.value = values[metric.metricId]
                 metric.nvmlReturn = pynvml.NVML_SUCCESS
             else:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return req
 
-    def procs_of(h: Handle, fn: str) -> list[FakeProcess]:
-        g = dev(h, fn)
+    # ---- processes -----------------------------------------------------------------------
+
+    def _processes(self, h: Handle, fn: str) -> list[FakeProcess]:
+        g = self._gpu(h, fn)
         return g.mig[h.mig].processes if h.mig is not None else g.processes
 
-    @api
-    def nvmlDeviceGetComputeRunningProcesses(h: Handle) -> list[Any]:
-        return [
-            types.SimpleNamespace(pid=p.pid, usedGpuMemory=p.used_bytes)
-            for p in procs_of(h, "nvmlDeviceGetComputeRunningProcesses")
-        ]
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Handle) -> list[Any]:
+        procs = self._processes(h, "nvmlDeviceGetComputeRunningProcesses")
+        return [_ns(pid=p.pid, usedGpuMemory=p.used_bytes) for p in procs]
 
-    @api
-    def nvmlDeviceGetProcessUtilization(h: Handle, ts: int) -> list[Any]:
+    def nvmlDeviceGetProcessUtilization(self, h: Handle, ts: int) -> list[Any]:
+        procs = self._processes(h, "nvmlDeviceGetProcessUtilization")
         samples = [
-            types.SimpleNamespace(
-                pid=p.pid,
-                timeStamp=ts + 1000,
-                smUtil=p.sm,
-                memUtil=p.mem,
-                encUtil=p.enc,
-                decUtil=p.dec,
-            )
-            for p in procs_of(h, "nvmlDeviceGetProcessUtilization")
+            _ns(pid=p.pid, timeStamp=ts + 1000, smUtil=p.sm, memUtil=p.mem, encUtil=p.enc,
+                decUtil=p.dec)
+            for p in procs
             if p.sm is not None
-        ]
+        ]  # fmt: skip
         if not samples:
             raise _err(pynvml.NVML_ERROR_NOT_FOUND)
         return samples
 
-    @api
-    def nvmlDeviceGetMigMode(h: Handle) -> list[int]:
-        g = dev(h, "nvmlDeviceGetMigMode")
-        on = 1 if g.mig else 0
+    # ---- MIG -----------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, h: Handle) -> list[int]:
+        on = 1 if self._gpu(h, "nvmlDeviceGetMigMode").mig else 0
         return [on, on]
 
-    @api
-    def nvmlDeviceGetMaxMigDeviceCount(h: Handle) -> int:
-        return 7 if dev(h, "nvmlDeviceGetMaxMigDeviceCount").mig else 0
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: Handle) -> int:
+        return 7 if self._gpu(h, "nvmlDeviceGetMaxMigDeviceCount").mig else 0
 
-    @api
-    def nvmlDeviceGetMigDeviceHandleByIndex(h: Handle, i: int) -> Handle:
-        g = dev(h, "nvmlDeviceGetMigDeviceHandleByIndex")
-        if i >= len(g.mig):
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: Handle, i: int) -> Handle:
+        if i >= len(self._gpu(h, "nvmlDeviceGetMigDeviceHandleByIndex").mig):
             raise _err(pynvml.NVML_ERROR_NOT_FOUND)
         return Handle(h.index, i)
 
-    @api
-    def nvmlDeviceGetGpuInstanceId(h: Handle) -> int:
-        g = dev(h, "nvmlDeviceGetGpuInstanceId")
+    def nvmlDeviceGetGpuInstanceId(self, h: Handle) -> int:
         assert h.mig is not None
-        return g.mig[h.mig].gi
+        return self._gpu(h, "nvmlDeviceGetGpuInstanceId").mig[h.mig].gi
 
-    @api
-    def nvmlEventSetCreate() -> str:
+    # ---- events (XID) --------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> str:
         return "event-set"
 
-    @api
-    def nvmlDeviceRegisterEvents(h: Handle, types_: int, es: str) -> None:
-        dev(h, "nvmlDeviceRegisterEvents")
+    def nvmlDeviceRegisterEvents(self, h: Handle, types_: int, es: str) -> None:
+        self._gpu(h, "nvmlDeviceRegisterEvents")
 
-    @api
-    def nvmlEventSetWait(es: str, timeout_ms: int) -> Any:
-        if not st.events:
+    def nvmlEventSetWait(self, es: str, timeout_ms: int) -> Any:
+        if not self.events:
             raise _err(pynvml.NVML_ERROR_TIMEOUT)
-        index, xid = st.events.pop(0)
-        return types.SimpleNamespace(
+        index, xid = self.events.pop(0)
+        return _ns(
             device=Handle(index),
             eventType=pynvml.nvmlEventTypeXidCriticalError,
             eventData=xid,
@@ -364,8 +365,14 @@ def make_fake_nvml(gpus: list[FakeGpu]) -> tuple[types.ModuleType, FakeState]:
             computeInstanceId=0,
         )
 
-    @api
-    def nvmlEventSetFree(es: str) -> None:
+    def nvmlEventSetFree(self, es: str) -> None:
         return None
 
-    return m, st
+
+FakeState = FakeNvml
+"""The fake is also the test's handle on its state (events, calls, init_error...)."""
+
+
+def make_fake_nvml(gpus: list[FakeGpu]) -> tuple[FakeNvml, FakeNvml]:
+    fake = FakeNvml(gpus)
+    return fake, fake

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -81,8 +82,70 @@ def test_default_counters_match_dcgm_exporter() -> None:
 def test_every_field_has_a_spec() -> None:
     assert set(EXPECTED) <= set(FIELDS)
     assert {f for f, s in FIELDS.items() if s.profiling} == {
-        k for k in EXPECTED if k.startswith("DCGM_FI_PROF_")
+        k for k in FIELDS if k.startswith("DCGM_FI_PROF_")
     }
+
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "upstream"
+# Fields of upstream's files this exporter does not serve: skipped with one warning each.
+NOT_SERVED = {
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
+    "DCGM_FI_NVML_VERSION",
+    "DCGM_FI_DEV_BRAND",
+    "DCGM_FI_DEV_SERIAL",
+    "DCGM_FI_DEV_OEM_INFOROM_VER",
+    "DCGM_FI_DEV_ECC_INFOROM_VER",
+    "DCGM_FI_DEV_POWER_INFOROM_VER",
+    "DCGM_FI_DEV_INFOROM_IMAGE_VER",
+    "DCGM_FI_DEV_VBIOS_VERSION",
+}
+
+
+def every_line_enabled(text: str) -> str:
+    """Upstream's file with its commented-out counters enabled (not its prose comments)."""
+    out = []
+    for line in text.splitlines():
+        body = line.lstrip("# ")
+        out.append(body if line.startswith("# ") and body.lower().startswith("dcgm_") else line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize(
+    "name", ["default-counters.csv", "dcp-metrics-included.csv", "1.x-compatibility-metrics.csv"]
+)
+@pytest.mark.parametrize("enable_all", [False, True])
+def test_upstream_counters_files_load(
+    name: str, enable_all: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = (UPSTREAM / name).read_text()
+    if enable_all:
+        text = every_line_enabled(text)
+    wanted = [
+        line.split(",", 1)[0].strip()
+        for line in text.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    with caplog.at_level(logging.WARNING, logger="gpu_exporter.counters"):
+        counters = parse_counters(text, name)
+    skipped = [r.getMessage() for r in caplog.records]
+    assert len(skipped) == len(wanted) - len(counters)  # one warning per skipped line
+    assert all(m.startswith("Skipping line ") for m in skipped)
+    for msg in skipped:
+        field = msg.split("('", 1)[1].split("')", 1)[0]
+        listed_before = msg.endswith(f"listed before source={name}")
+        assert field.upper() in NOT_SERVED or "nvlink_" in field or listed_before, msg
+    served = {c.metric for c in counters}
+    assert [c.metric for c in counters] == list(dict.fromkeys(w for w in wanted if w in served))
+    if name.startswith("1.x"):
+        # 1.x names stay the metric names; the field behind them is the DCGM one
+        (sm,) = [c for c in counters if c.metric == "dcgm_sm_clock"]
+        assert sm.field == "DCGM_FI_DEV_SM_CLOCK"
+        (prof,) = [c for c in counters if c.metric == "dcgm_fi_prof_gr_engine_active"]
+        assert prof.field == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 
 
 def test_help_may_contain_commas_and_spaces_are_trimmed() -> None:
@@ -104,15 +167,10 @@ def test_comments_and_blank_lines_are_skipped() -> None:
     [
         ("DCGM_FI_DEV_GPU_TEMP gauge temp\n", 1, "expected 'DCGM FIELD, type, help message'"),
         ("DCGM_FI_DEV_GPU_TEMP, gauge\n", 1, "expected 'DCGM FIELD, type, help message'"),
-        (
-            "# ok\nDCGM_FI_DEV_NOPE, gauge, x\n",
-            2,
-            "unknown or unsupported field 'DCGM_FI_DEV_NOPE'",
-        ),
         ("DCGM_FI_DEV_GPU_TEMP, histogram, x\n", 1, "unknown metric type 'histogram'"),
         ("DCGM_FI_DEV_GPU_TEMP, gauge,   \n", 1, "empty help message"),
-        ("DCGM_FI_DEV_GPU_TEMP, gauge, a\nDCGM_FI_DEV_GPU_TEMP, gauge, b\n", 2, "listed twice"),
-        ("# nothing\n", 0, "no counters defined"),
+        ("# nothing\n", 0, "no counters this exporter can serve"),
+        ("DCGM_FI_DEV_NOPE, gauge, x\n", 0, "no counters this exporter can serve"),
     ],
 )
 def test_bad_lines_give_clear_errors(text: str, line: int, reason: str) -> None:
@@ -121,6 +179,16 @@ def test_bad_lines_give_clear_errors(text: str, line: int, reason: str) -> None:
     assert info.value.line_no == line
     assert reason in info.value.reason
     assert str(info.value).startswith(f"my.csv:{line}: ")
+
+
+def test_unknown_fields_are_skipped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    text = "DCGM_FI_DEV_NOPE, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nbogus, gauge, y\n"
+    with caplog.at_level(logging.WARNING, logger="gpu_exporter.counters"):
+        assert [c.field for c in parse_counters(text, "my.csv")] == ["DCGM_FI_DEV_GPU_TEMP"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "Skipping line 1 ('DCGM_FI_DEV_NOPE'): field not served by this exporter source=my.csv",
+        "Skipping line 3 ('bogus'): unknown field source=my.csv",
+    ]
 
 
 def test_load_file_errors(tmp_path: Path) -> None:

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_exporter.backend import GpuFailure, GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
+from gpu_exporter.backend import (
+    Allocation,
+    GpuFailure,
+    GpuInfo,
+    GpuSample,
+    PodRef,
+    ProcessSample,
+    Snapshot,
+)
 from gpu_exporter.counters import default_counters, parse_counters
 from gpu_exporter.exposition import ExpositionOptions, render
 from gpu_exporter.simulated import SimulatedBackend
@@ -56,18 +64,69 @@ def label_names(line: str) -> list[str]:
 
 
 def test_label_order_is_dcgm_exporters() -> None:
+    base = [x for x in GPU_LABELS if x != "DCGM_FI_DRIVER_VERSION"]
     for line in golden_text().splitlines():
-        if line.startswith("DCGM_FI_"):
+        if line.startswith("DCGM_FI_DEV_XID_ERRORS{"):
+            pod = ["container", "namespace", "pod"]
+            assert label_names(line) == [*GPU_LABELS, *pod, "err_code", "err_msg"], line
+        elif line.startswith("DCGM_FI_"):
             assert label_names(line) == [*GPU_LABELS, "container", "namespace", "pod"], line
-        elif line.startswith("DCGM_CUSTOM_PROCESS_"):
+        elif line.startswith("DCGM_CUSTOM_"):
+            assert label_names(line) == [*base, "container", "namespace", "pod"], line
+
+
+def test_ack_label_mode() -> None:
+    backend = SimulatedBackend(1, seed=7, load_profile="training")
+    opts = ExpositionOptions(hostname="edge-gpu-1", kubernetes=True, label_mode="ack")
+    text = render(backend.collect(ALL_FIELDS, GOLDEN_TIME), default_counters(), opts)
+    base = [x for x in GPU_LABELS if x != "DCGM_FI_DRIVER_VERSION"]
+    ack = ["NamespaceName", "PodName", "ContainerName", "NodeName"]
+    for line in text.splitlines():
+        if line.startswith("DCGM_FI_DEV_GPU_TEMP{"):
             assert label_names(line) == [
-                *GPU_LABELS,
-                "pid",
-                "NamespaceName",
-                "PodName",
-                "ContainerName",
-                "NodeName",
-            ], line
+                *base, "NodeName", "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod"
+            ]  # fmt: skip
+        elif line.startswith("DCGM_CUSTOM_"):
+            assert label_names(line) == [*base, *ack], line
+            assert 'PodName="train-7-0",ContainerName="trainer",NodeName="edge-gpu-1"' in line
+    with pytest.raises(ValueError, match="label mode"):
+        ExpositionOptions(label_mode="dcgm")
+
+
+def test_per_container_by_default_per_process_opt_in() -> None:
+    pod_a, pod_b = PodRef("ml", "a", "c"), PodRef("ml", "b", "c")
+    procs = (
+        ProcessSample(1, 100, 10, 5, pod=pod_a),
+        ProcessSample(2, 200, 20, 6, pod=pod_a),
+        ProcessSample(3, 300, 30, 7, pod=pod_b),
+        ProcessSample(4, 400, 40, 8),  # a host process: in no pod
+    )
+    info = GpuInfo(0, "GPU-a", "p", "nvidia0", "m", 1000)
+    allocs = (Allocation(pod_a, 250), Allocation(pod_b, 500))
+    snap = Snapshot(0.0, "1", (GpuSample(info, {}, procs, allocs),))
+    fams = {
+        f.name: f
+        for f in text_string_to_metric_families(
+            render(snap, default_counters(), ExpositionOptions(hostname="h"))
+        )
+    }
+    used = {s.labels["pod"]: s.value for s in fams["DCGM_CUSTOM_PROCESS_MEM_USED"].samples}
+    assert used == {"a": 300, "b": 300}  # summed per container; the host process left out
+    sm = {s.labels["pod"]: s.value for s in fams["DCGM_CUSTOM_PROCESS_SM_UTIL"].samples}
+    assert sm == {"a": 30, "b": 30}
+    alloc = {s.labels["pod"]: s.value for s in fams["DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED"].samples}
+    assert alloc == {"a": 250, "b": 500}  # from each container's allocation
+    assert all("pid" not in s.labels for s in fams["DCGM_CUSTOM_PROCESS_MEM_USED"].samples)
+    per_process = render(snap, default_counters(), ExpositionOptions(per_process=True))
+    lines = [x for x in per_process.splitlines() if x.startswith("DCGM_CUSTOM_PROCESS_MEM_USED{")]
+    assert [x.split('pid="')[1].split('"')[0] for x in lines] == ["1", "2", "3", "4"]
+
+
+def test_xid_carries_code_and_message() -> None:
+    info = GpuInfo(0, "GPU-a", "p", "nvidia0", "m")
+    snap = Snapshot(0.0, "1", (GpuSample(info, {"DCGM_FI_DEV_XID_ERRORS": 79}),))
+    text = render(snap, default_counters(), ExpositionOptions())
+    assert 'err_code="79",err_msg="GPU has fallen off the bus"} 79' in text
 
 
 def test_parses_as_prometheus_text_with_dcgm_types() -> None:
@@ -80,9 +139,9 @@ def test_parses_as_prometheus_text_with_dcgm_types() -> None:
     assert families["DCGM_FI_DEV_POWER_USAGE"].documentation == "Power draw (in W)."
     assert families["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].type == "gauge"
     custom = families["DCGM_CUSTOM_PROCESS_SM_UTIL"]
-    pods = {s.labels["PodName"] for s in custom.samples}
+    pods = {s.labels["pod"] for s in custom.samples}
     assert "train-7-0" in pods
-    assert all(s.labels["NodeName"] == "edge-gpu-1" for s in custom.samples)
+    assert all(s.labels["Hostname"] == "edge-gpu-1" for s in custom.samples)
     alloc = families["DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED"]
     assert {s.value for s in alloc.samples} == {81559.0}
 
@@ -111,7 +170,7 @@ def sample_snapshot(mig_profile: str = "", mig_instance: int | None = None) -> S
         info,
         {"DCGM_FI_DEV_GPU_TEMP": 50, "DCGM_FI_DEV_FB_USED": 1024},
         (ProcessSample(9, 1000, 30, pod=pod),),
-        pod,
+        (Allocation(pod, 40960),),
     )
     return Snapshot(0.0, "535.1", (gpu,))
 
@@ -197,10 +256,13 @@ def test_label_values_are_escaped() -> None:
     )
 
 
-def test_unmapped_process_keeps_empty_pod_labels() -> None:
+def test_unmapped_process_keeps_empty_pod_labels_per_process() -> None:
     info = GpuInfo(0, "GPU-a", "p", "nvidia0", "m", 100)
     snap = Snapshot(0.0, "1", (GpuSample(info, {}, (ProcessSample(5, 10, 1),)),))
-    text = render(snap, default_counters(), ExpositionOptions(hostname="h"))
+    opts = ExpositionOptions(hostname="h", per_process=True, label_mode="ack")
+    text = render(snap, default_counters(), opts)
     line = next(x for x in text.splitlines() if x.startswith("DCGM_CUSTOM_PROCESS_MEM_USED{"))
     assert line.endswith('pid="5",NamespaceName="",PodName="",ContainerName="",NodeName="h"} 10')
     assert "DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED" not in text
+    per_container = render(snap, default_counters(), ExpositionOptions(hostname="h"))
+    assert "DCGM_CUSTOM_PROCESS_MEM_USED" not in per_container

@@ -61,6 +61,28 @@ def test_every_metric_and_conversion() -> None:
         "DCGM_FI_PROF_DRAM_ACTIVE": pytest.approx(0.33),
         "DCGM_FI_PROF_PCIE_TX_BYTES": 10.0 * MIB,  # MiB/s -> B/s
         "DCGM_FI_PROF_PCIE_RX_BYTES": 2.5 * MIB,
+        "DCGM_FI_PROF_SM_ACTIVE": pytest.approx(0.9),
+        "DCGM_FI_PROF_SM_OCCUPANCY": pytest.approx(0.4),
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE": 0.0,
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE": pytest.approx(0.12),
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE": pytest.approx(0.06),
+        "DCGM_FI_DEV_FB_TOTAL": 81559,
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": 1200,  # KB/s as NVML reports it
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": 3400,
+        # the fake's violation time is 7 ms + the NVML perf-policy number (ns)
+        "DCGM_FI_DEV_POWER_VIOLATION": 7_000_000 + pynvml.NVML_PERF_POLICY_POWER,
+        "DCGM_FI_DEV_THERMAL_VIOLATION": 7_000_000 + pynvml.NVML_PERF_POLICY_THERMAL,
+        "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 7_000_000 + pynvml.NVML_PERF_POLICY_SYNC_BOOST,
+        "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": 7_000_000 + pynvml.NVML_PERF_POLICY_BOARD_LIMIT,
+        "DCGM_FI_DEV_LOW_UTIL_VIOLATION": 7_000_000 + pynvml.NVML_PERF_POLICY_LOW_UTILIZATION,
+        "DCGM_FI_DEV_RELIABILITY_VIOLATION": 7_000_000 + pynvml.NVML_PERF_POLICY_RELIABILITY,
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 2,
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0,
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": 11,
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 1,
+        "DCGM_FI_DEV_RETIRED_SBE": 2,  # pages retired, counted
+        "DCGM_FI_DEV_RETIRED_DBE": 1,
+        "DCGM_FI_DEV_RETIRED_PENDING": 0,
     }
 
 
@@ -119,8 +141,8 @@ def test_memory_info_v1_fallback_has_no_reserved() -> None:
 
 
 def test_lost_gpu_is_isolated() -> None:
-    good = FakeGpu(uuid="GPU-good", minor=0)
-    bad = FakeGpu(uuid="GPU-bad", minor=1, bus_id=b"00000000:3B:00.0")
+    good = FakeGpu(uuid="GPU-good")
+    bad = FakeGpu(uuid="GPU-bad", bus_id=b"00000000:3B:00.0")
     b, _ = backend_for(good, bad)
     bad.lost = True
     snap = b.collect(ALL, now=0)
@@ -175,7 +197,7 @@ def test_processes_skipped_when_disabled() -> None:
 
 
 def test_xid_events_set_last_xid() -> None:
-    b, st = backend_for(FakeGpu(), FakeGpu(uuid="GPU-2", minor=1))
+    b, st = backend_for(FakeGpu(), FakeGpu(uuid="GPU-2"))
     st.events += [(1, 13), (1, 79), (0, 31)]
     snap = b.collect(ALL, now=0)
     assert [g.values["DCGM_FI_DEV_XID_ERRORS"] for g in snap.gpus] == [31, 79]
@@ -202,6 +224,7 @@ def test_mig_instances_get_their_own_memory_and_processes() -> None:
     assert parent.values["DCGM_FI_DEV_GPU_TEMP"] == 65
     assert (mig1.info.mig_profile, mig1.info.mig_instance) == ("1g.5gb", 1)
     assert mig1.info.uuid == parent.info.uuid
+    assert mig1.info.mig_uuid.startswith("MIG-") and mig1.info.mig_uuid != mig2.info.mig_uuid
     assert mig1.values["DCGM_FI_DEV_FB_USED"] == 100
     assert mig1.values["DCGM_FI_DEV_FB_FREE"] == 4864 - 100
     assert [p.pid for p in mig1.processes] == [42]

@@ -6,14 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_exporter.backend import PodRef
 from gpu_exporter.podresources import (
     ContainerDevices,
     PodResources,
     PodResourcesError,
     decode_list_response,
     encode_list_response,
-    gpu_allocations,
 )
 
 PODS = [
@@ -32,14 +30,6 @@ PODS = [
 
 def test_round_trip() -> None:
     assert decode_list_response(encode_list_response(PODS)) == PODS
-
-
-def test_gpu_allocations_only_nvidia_resources() -> None:
-    assert gpu_allocations(PODS) == {
-        "GPU-aaa": PodRef("ml", "trainer-0", "main"),
-        "GPU-bbb": PodRef("ml", "trainer-0", "main"),
-        "MIG-ccc": PodRef("ml", "trainer-0", "sidecar"),
-    }
 
 
 def test_unknown_fields_are_skipped() -> None:
