@@ -86,6 +86,9 @@ class Relay:
         self.allowed_ports = frozenset(allowed_ports)
         self.connect_timeout_s = connect_timeout_s
         self.metrics = RelayMetrics(registry)
+        #: streams being relayed right now (read by raven_agent_streams_active when scraped)
+        self.active: set[TunnelStream] = set()
+        self.metrics.active.set_function(lambda: len(self.active))
         #: Service endpoints asked when a node's own address refuses (None: not configured).
         self.endpoints: EndpointFinder | None = None
         #: per stream, an optional watcher of the request bytes (set by the backfill service)
@@ -115,12 +118,12 @@ class Relay:
             return
         stream.accept()
         self.metrics.streams.labels("ok").inc()
-        self.metrics.active.inc()
+        self.active.add(stream)
         try:
             watcher = self.request_watcher(name, port) if self.request_watcher else None
             await self._pump(stream, reader, writer, watcher)
         finally:
-            self.metrics.active.dec()
+            self.active.discard(stream)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()

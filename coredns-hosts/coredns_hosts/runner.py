@@ -53,6 +53,23 @@ class HostsGenerator:
         #: Why the last sync failed; None after a success.
         self.last_error: str | None = "no sync yet"
         self.last_rendered: Rendered | None = None
+        #: Names skipped as invalid by the last render, and how long the last sync took.
+        self.last_invalid_names = 0
+        self.last_sync_s = 0.0
+        #: Unix time of the last sync that reached every sink (0: none yet).
+        self.last_success_wall = 0.0
+        self._read_live_state(metrics)
+
+    def _read_live_state(self, metrics: HostsMetrics) -> None:
+        """The gauges read this generator's state when scraped."""
+
+        def entries() -> int:
+            return 0 if self.last_rendered is None else len(self.last_rendered.entries)
+
+        metrics.entries.set_function(entries)
+        metrics.invalid_names.set_function(lambda: self.last_invalid_names)
+        metrics.sync_seconds.set_function(lambda: self.last_sync_s)
+        metrics.last_success.set_function(lambda: self.last_success_wall)
 
     @property
     def ready(self) -> bool:
@@ -91,17 +108,16 @@ class HostsGenerator:
         if rendered.invalid_names:
             shown = ", ".join(repr(n[:64]) for n in rendered.invalid_names[:5])
             log.warning("skipped %d invalid names: %s", len(rendered.invalid_names), shown)
-        self.metrics.invalid_names.set(len(rendered.invalid_names))
+        self.last_invalid_names = len(rendered.invalid_names)
         errors = await asyncio.to_thread(self._write_all, rendered)
-        self.metrics.sync_seconds.set(self._clock() - started)
+        self.last_sync_s = self._clock() - started
         if errors:
             self.last_error = "; ".join(errors)
             for error in errors:
                 log.error("write failed: %s", error)
             return False
         self.last_rendered = rendered
-        self.metrics.entries.set(len(rendered.entries))
-        self.metrics.last_success.set(self._wall_clock())
+        self.last_success_wall = self._wall_clock()
         self.last_error = None
         self.syncs += 1
         return True
