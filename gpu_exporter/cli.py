@@ -46,6 +46,20 @@ def parse_address(text: str) -> tuple[str, int]:
         raise AddressError(f"address {exc}; use HOST:PORT or :PORT") from None
 
 
+def _milliseconds(text: str) -> int:
+    """A positive whole number of milliseconds (the flag, or DCGM_EXPORTER_INTERVAL)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive number of milliseconds (from the flag or "
+            "DCGM_EXPORTER_INTERVAL), e.g. 30000"
+        )
+    return value
+
+
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
@@ -74,8 +88,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "-c",
         "--collect-interval",
-        type=int,
-        default=int(_env("DCGM_EXPORTER_INTERVAL", "30000")),
+        type=_milliseconds,
+        default=_env("DCGM_EXPORTER_INTERVAL", "30000"),  # argparse converts it with type
         help="collection interval in milliseconds (default 30000)",
     )
     p.add_argument(

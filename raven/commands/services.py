@@ -80,5 +80,9 @@ def _run_service(
         print(f"raven {name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"raven {name}: {exc}", file=sys.stderr)
+        print(
+            f"raven {name}: {exc}; is another {name} running? the listen addresses are in "
+            f"{args.config} (raven check-config {args.config})",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE

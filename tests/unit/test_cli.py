@@ -97,3 +97,11 @@ def test_unknown_command_is_a_usage_error() -> None:
         proc.stderr
         == "raven: unknown command 'gatway'; did you mean 'gateway'? 'raven --help' lists them\n"
     )
+
+
+def test_a_bad_environment_variable_is_named_by_its_own_subcommand() -> None:
+    proc = run("gpu-exporter", "--simulate", "1", env={"DCGM_EXPORTER_INTERVAL": "30s"})
+    assert proc.returncode == 2
+    assert "'30s' is not a positive number of milliseconds" in proc.stderr
+    assert "DCGM_EXPORTER_INTERVAL" in proc.stderr
+    assert "Traceback" not in proc.stderr
