@@ -9,6 +9,7 @@ the framing, so a short body is never passed off as whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from cloud_gateway.proxy.context import (
@@ -110,7 +111,9 @@ class Exchange:
             error = ProxyError(ErrorKind.CLIENT_GONE, str(exc) or type(exc).__name__)
             raise CutConnection(error, 499, self.sent) from None
         finally:
-            if clean:
+            if clean:  # the response is complete: END our side, the peer ends its own
+                with contextlib.suppress(StreamResetError, OSError):
+                    await stream.write_eof()
                 await stream.aclose()
             else:
                 stream.reset(StreamCode.CANCELLED, "proxy request aborted")

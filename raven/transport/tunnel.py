@@ -46,6 +46,9 @@ WRITE_HIGH_WATER_BYTES = 1024 * 1024
 WRITE_LOW_WATER_BYTES = 256 * 1024
 #: Bytes pulled from the connection per transport.write().
 WRITE_CHUNK_BYTES = 256 * 1024
+#: After we ended a stream whose peer has not ended yet and the application let go of it (a
+#: complete response), how long the peer has to send its END before the stream is reset.
+END_LINGER_S = 10.0
 
 StreamHandler = Callable[["TunnelStream", str, int], Awaitable[None]]
 DatagramHandler = Callable[[bytes], None]
@@ -67,10 +70,14 @@ class TunnelStream:
         self._reset: StreamResetError | None = None
         self._closed = False
         self._answered = not incoming
+        self._linger: asyncio.TimerHandle | None = None
         self.opened: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------ events from the tunnel
     def _feed(self, data: bytes) -> None:
+        if self._linger is not None:  # nobody reads any more: give the credit straight back
+            self._tunnel._consumed(self.stream_id, len(data))
+            return
         self._chunks.append(data)
         self._readable.set()
 
@@ -79,6 +86,7 @@ class TunnelStream:
         self._readable.set()
 
     def _abort(self, code: StreamCode, reason: str) -> None:
+        self._stop_linger()
         if self._reset is None:
             self._reset = StreamResetError(code, reason)
         self._readable.set()
@@ -88,6 +96,7 @@ class TunnelStream:
         self._writable.set()
 
     def _finished(self) -> None:
+        self._stop_linger()
         self._closed = True
         self._readable.set()
         self._writable.set()
@@ -161,10 +170,28 @@ class TunnelStream:
         self._tunnel._forget(self.stream_id)
 
     async def aclose(self) -> None:
-        if not self._closed and self._reset is None:
-            if self._eof and self._sent_eof:
-                return
+        """Release the stream. Ended both ways: nothing to do. Ended by us only: the peer's
+        END closes it (what it still sends is dropped), or a reset CANCELLED after
+        `END_LINGER_S`. Not ended by us: reset CANCELLED now."""
+        if self._closed or self._reset is not None or self._linger is not None:
+            return
+        if not self._sent_eof:
             self.reset(StreamCode.CANCELLED, "closed by application")
+        elif not self._eof:
+            unread = sum(map(len, self._chunks))
+            self._chunks.clear()
+            if unread:
+                self._tunnel._consumed(self.stream_id, unread)
+            self._linger = self._tunnel.loop.call_later(END_LINGER_S, self._linger_expired)
+
+    def _linger_expired(self) -> None:
+        self._linger = None
+        self.reset(StreamCode.CANCELLED, f"no END from the peer within {END_LINGER_S:g}s")
+
+    def _stop_linger(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
 
 
 class Tunnel(asyncio.Protocol):

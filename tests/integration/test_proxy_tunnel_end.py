@@ -1,0 +1,97 @@
+"""The whole scrape path over a real tunnel: the proxy's streams end with END both ways.
+
+A complete response is not a cancellation: after many scrapes (length-delimited, chunked,
+gzip) neither side has sent or received a RESET and every stream is gone from both ends. A
+client that goes away mid-response still gets its stream reset (the only real cancellation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from raven.transport.tunnel import Tunnel
+from tests.helpers import wait_for
+from tests.helpers.proxy import GZIPPED, METRICS, running_proxy, serve_app, target_app
+from tests.helpers.tunnel import Site
+
+pytestmark = pytest.mark.integration
+
+NODE = "edge-end-1"
+
+
+def tunnels(site: Site) -> tuple[Tunnel, Tunnel]:
+    (session,) = site.registry.sessions.values()
+    (link,) = site.links
+    assert link.tunnel is not None
+    return session.tunnel, link.tunnel
+
+
+async def test_scrapes_end_cleanly_both_ways(site: Site) -> None:
+    async with serve_app(target_app()) as port:
+        await site.start({NODE: "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for(NODE))
+        async with running_proxy(site.registry) as (_p, _r, base), aiohttp.ClientSession() as s:
+            host = {"Host": f"{NODE}:{port}"}
+            for _ in range(5):
+                async with s.get(f"{base}/metrics", headers=host) as r:
+                    assert r.status == 200 and await r.read() == METRICS
+            async with s.get(f"{base}/chunked", headers=host) as r:
+                assert (await r.read()).count(b"line ") == 50
+            gz = {**host, "Accept-Encoding": "gzip"}
+            async with s.get(f"{base}/gzip", headers=gz, auto_decompress=False) as r:
+                assert await r.read() == GZIPPED
+            gateway, agent = tunnels(site)
+            await wait_for(lambda: not gateway.streams and not agent.streams)
+            for tunnel in (gateway, agent):
+                stats = tunnel.conn.stats
+                assert stats.streams_reset == {}
+                assert stats.frames_sent.get("end") == 7
+                assert stats.frames_received.get("end") == 7
+                assert "reset" not in stats.frames_sent
+
+
+async def test_client_gone_mid_response_still_resets(site: Site) -> None:
+    async with serve_app(target_app()) as port:
+        await site.start({NODE: "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for(NODE))
+        async with running_proxy(site.registry) as (proxy, _r, _base):
+            host, proxy_port = proxy.http_address
+            reader, writer = await asyncio.open_connection(host, proxy_port)
+            writer.write(f"GET /big?mb=64 HTTP/1.1\r\nHost: {NODE}:{port}\r\n\r\n".encode())
+            assert (await reader.readexactly(12)) == b"HTTP/1.1 200"
+            writer.transport.abort()
+            gateway, agent = tunnels(site)
+            await wait_for(lambda: gateway.conn.stats.streams_reset.get("cancelled") == 1)
+            await wait_for(lambda: not gateway.streams and not agent.streams)
+
+
+async def test_peer_that_never_ends_is_reset_after_the_linger(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        held.append(w)  # answers, then keeps the connection open: the agent never ENDs
+        w.write(b"answer")
+
+    monkeypatch.setattr("raven.transport.tunnel.END_LINGER_S", 0.05)
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    try:
+        await site.start({NODE: "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for(NODE))
+        stream = await site.registry.open_stream(NODE, port, timeout_s=5)
+        assert await stream.read() == b"answer"
+        await stream.write_eof()
+        await stream.aclose()  # our side is done; the peer's END never comes
+        gateway, agent = tunnels(site)
+        await wait_for(lambda: gateway.conn.stats.streams_reset.get("cancelled") == 1)
+        await wait_for(lambda: not gateway.streams and not agent.streams)
+    finally:
+        for w in held:
+            w.close()
+        server.close()
+        await server.wait_closed()
