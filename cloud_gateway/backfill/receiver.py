@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from cloud_gateway.backfill.remote_write import RemoteWriteError, RemoteWriter
+from cloud_gateway.backfill.remote_write import RemoteWriteError, RemoteWriter, encode_body
 from cloud_gateway.backfill.series import convert
 from raven.backfill.wire import (
     BACKFILL_NODE,
@@ -29,6 +29,7 @@ from raven.backfill.wire import (
     WireError,
     decode_batch,
     encode_ack,
+    unpack,
 )
 from raven.config.backfill import GatewayBackfillConfig
 from raven.protocol.codes import StreamCode
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 #: Remote writes in flight at once, all agents together (protects Prometheus).
 MAX_CONCURRENT_WRITES = 4
+
+
+def _decode(body: bytes) -> Batch:
+    return decode_batch(unpack(body))
 
 
 class BackfillMetrics:
@@ -137,8 +142,11 @@ class BackfillReceiver:
                 if not data:
                     await stream.write_eof()
                     return
-                for obj in reader.feed(data):
-                    ack = await self._process(agent, may_serve, decode_batch(obj), status)
+                for body in reader.feed_raw(data):
+                    # decoding, labelling and encoding are CPU work: off the event loop, so
+                    # live scrapes relayed by this gateway are not held up
+                    batch = await asyncio.to_thread(_decode, body)
+                    ack = await self._process(agent, may_serve, batch, status)
                     await stream.write(encode_ack(ack))
         except WireError as exc:
             log.warning("backfill stream refused agent=%s err=%s", agent, exc)
@@ -156,11 +164,13 @@ class BackfillReceiver:
         status.buffered = batch.buffered
         if "samples" in batch.buffered:
             self.metrics.buffered.labels(agent).set(batch.buffered["samples"])
-        conv = convert(
+        discovery = {(s.node, s.port): dict(self.discovery(s.node, s.port)) for s in batch.scrapes}
+        conv = await asyncio.to_thread(
+            convert,
             batch.scrapes,
             jobs=self.jobs,
             may_serve=may_serve,
-            discovery=self.discovery,
+            discovery=lambda node, port: discovery[(node, port)],
             now_ms=int(self.clock() * 1000),
             window_ms=int(self.config.out_of_order_window_s * 1000),
             max_skew_ms=int(self.config.max_clock_skew_s * 1000),
@@ -175,9 +185,10 @@ class BackfillReceiver:
                             agent, reason, n)  # fmt: skip
         if conv.series:
             try:
+                body = await asyncio.to_thread(encode_body, conv.series)
                 async with self._writes:
                     started = time.monotonic()
-                    await self.writer.write(conv.series)
+                    await self.writer.write(body)
                     self.metrics.duration.observe(time.monotonic() - started)
             except RemoteWriteError as exc:
                 result = (

@@ -67,6 +67,11 @@ def snappy_block(data: bytes) -> bytes:
     return bytes(cramjam.snappy.compress_raw(data))
 
 
+def encode_body(series: list[Series]) -> bytes:
+    """The request body: the WriteRequest, snappy block-compressed."""
+    return snappy_block(encode_write_request(series))
+
+
 HEADERS = {
     "Content-Encoding": "snappy",
     "Content-Type": "application/x-protobuf",
@@ -91,11 +96,11 @@ class RemoteWriter:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
-    async def write(self, series: list[Series]) -> None:
-        """Returns when Prometheus answered 2xx; RemoteWriteError otherwise."""
+    async def write(self, body: bytes) -> None:
+        """POST a snappy-compressed WriteRequest (:func:`encode_body`); returns when
+        Prometheus answered 2xx, RemoteWriteError otherwise."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
-        body = snappy_block(encode_write_request(series))
         try:
             async with self._session.post(self.url, data=body, headers=HEADERS) as resp:
                 text = (await resp.content.read(2048)).decode("utf-8", "replace").strip()

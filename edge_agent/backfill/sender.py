@@ -4,7 +4,9 @@ A batch is deleted from the buffer only when the gateway acknowledged it (Promet
 2xx, or the gateway dropped samples that Prometheus would refuse); it is sent again after any
 failure (a sample sent twice is harmless: same timestamp, first write wins). Rows are sent in
 the order they were stored, so each series goes out in time order. The budget
-(``send_bytes_per_s``) and a single batch in flight keep the tunnel free for live scrapes,
+(``send_bytes_per_s``), a duty cycle (``send_duty_cycle``: after a batch that took t to be
+acknowledged, wait t * (1 - d) / d, so the agent's and the gateway's CPU stay shared with live
+scrapes) and a single batch in flight keep the tunnel free for live scrapes,
 whose streams the tunnel's round-robin serves beside this one.
 """
 
@@ -25,7 +27,6 @@ from raven.backfill.wire import (
     MessageReader,
     WireError,
     decode_ack,
-    encode_batch,
 )
 from raven.protocol.codes import StreamCode
 from raven.transport.stream import StreamOpenError, StreamResetError
@@ -47,16 +48,20 @@ class Sender:
         *,
         tunnels: Callable[[], list[Tunnel]],
         next_rows: Callable[[], Awaitable[list[Row]]],
+        encode: Callable[[Batch], Awaitable[bytes]],
         delete_rows: Callable[[list[int]], Awaitable[None]],
         metrics: BackfillMetrics,
         bytes_per_s: int,
+        duty_cycle: float = 1.0,
         buffered: Callable[[], dict[str, float]],
     ) -> None:
         self.tunnels = tunnels
         self.next_rows = next_rows
+        self.encode = encode
         self.delete_rows = delete_rows
         self.metrics = metrics
         self.bytes_per_s = bytes_per_s
+        self.duty_cycle = duty_cycle
         self.buffered = buffered
         self.wake = asyncio.Event()
         self.last_error = ""
@@ -82,6 +87,7 @@ class Sender:
                 except TimeoutError:
                     pass
                 continue
+            started = time.monotonic()
             try:
                 sent = await self._send(tunnel, rows)
             except (
@@ -103,7 +109,9 @@ class Sender:
                 log.warning("backfill batch not stored err=%s retry_in_s=%.0f", exc, backoff)
             else:
                 backoff = 1.0
-                await asyncio.sleep(sent / self.bytes_per_s)
+                busy = time.monotonic() - started
+                idle = busy * (1 - self.duty_cycle) / self.duty_cycle
+                await asyncio.sleep(max(sent / self.bytes_per_s, idle))
                 continue
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF_S, backoff * 2)
@@ -135,7 +143,7 @@ class Sender:
             self._reader = MessageReader()
         self._batch_id += 1
         batch = Batch(self._batch_id, tuple(r.scrape for r in rows), self.buffered())
-        data = encode_batch(batch)
+        data = await self.encode(batch)
         await self._stream.write(data)
         self.metrics.sent_bytes.inc(len(data))
         async with asyncio.timeout(ACK_TIMEOUT_S):

@@ -26,7 +26,7 @@ from edge_agent.backfill.metrics import BackfillMetrics
 from edge_agent.backfill.scraper import ScrapeFailed, scrape
 from edge_agent.backfill.sender import Sender
 from edge_agent.backfill.store import BufferStore, Row, Totals
-from raven.backfill.wire import Scrape
+from raven.backfill.wire import Batch, Scrape, encode_batch
 from raven.config.backfill import AgentBackfillConfig
 from raven.logthrottle import LogThrottle
 from raven.protocol.names import normalize_node_name
@@ -77,9 +77,11 @@ class BackfillService:
         self.sender = Sender(
             tunnels=tunnels,
             next_rows=self._next_rows,
+            encode=self._encode,
             delete_rows=self._delete_rows,
             metrics=self.metrics,
             bytes_per_s=config.send_bytes_per_s,
+            duty_cycle=config.send_duty_cycle,
             buffered=self._buffered,
         )
         self._slots = asyncio.Semaphore(config.max_concurrent_scrapes)
@@ -202,6 +204,9 @@ class BackfillService:
             log.error("backfill buffer: %d unreadable rows dropped", bad)
         self.metrics.sync_dropped()
         return rows
+
+    async def _encode(self, batch: Batch) -> bytes:
+        return await self._run_db(functools.partial(encode_batch, batch))
 
     async def _delete_rows(self, ids: list[int]) -> None:
         store = self._store()

@@ -202,14 +202,18 @@ def decode_ack(obj: dict[str, Any]) -> Ack:
 
 
 class MessageReader:
-    """Bytes in, decoded JSON objects out; bounded."""
+    """Bytes in, decoded JSON objects out; bounded. ``feed_raw`` only frames (the bodies are
+    decoded with :func:`unpack`, e.g. off the event loop)."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
+        return [unpack(body) for body in self.feed_raw(data)]
+
+    def feed_raw(self, data: bytes) -> list[bytes]:
         self._buf += data
-        out: list[dict[str, Any]] = []
+        out: list[bytes] = []
         while len(self._buf) >= _LEN.size:
             (n,) = _LEN.unpack_from(self._buf)
             if n > MAX_MESSAGE_BYTES:
@@ -218,7 +222,7 @@ class MessageReader:
                 break
             body = bytes(self._buf[_LEN.size : _LEN.size + n])
             del self._buf[: _LEN.size + n]
-            out.append(_unpack(body))
+            out.append(body)
         return out
 
     @property
@@ -226,7 +230,8 @@ class MessageReader:
         return len(self._buf)
 
 
-def _unpack(body: bytes) -> dict[str, Any]:
+def unpack(body: bytes) -> dict[str, Any]:
+    """A message body (zlib JSON) -> its object; WireError if malformed or too large."""
     d = zlib.decompressobj()
     try:
         raw = d.decompress(body, MAX_DECODED_BYTES)

@@ -72,11 +72,21 @@ class AgentBackfillConfig:
         " behind more than one batch.",
         default=2 * 1024 * 1024,
     )
-    batch_bytes: int = doc("Stored bytes per backfill batch.", default=256 * 1024)
+    batch_bytes: int = doc(
+        "Stored bytes per backfill batch (smaller: shorter bursts of work beside live scrapes).",
+        default=64 * 1024,
+    )
+    send_duty_cycle: float = doc(
+        "Share of the time backfill may be busy: after a batch that took t seconds to be"
+        " acknowledged, the next waits t * (1 - d) / d (0.5: as long again).",
+        default=0.5,
+    )
 
     def __post_init__(self) -> None:
         if self.synchronous not in ("normal", "full"):
             raise ValueError("backfill.synchronous must be 'normal' or 'full'")
+        if not 0 < self.send_duty_cycle <= 1:
+            raise ValueError("backfill.send_duty_cycle must be in (0, 1]")
         if self.max_bytes < 1024 * 1024:
             raise ValueError("backfill.max_bytes must be at least 1 MiB")
         for name in ("max_age_s", "forget_after_s"):
