@@ -70,6 +70,10 @@ class RelayMetrics:
             ["direction"],
             registry=registry,
         )
+        # the hot path's children, looked up once (not per stream or chunk)
+        self.streams_ok = self.streams.labels("ok")
+        self.to_target = self.bytes.labels("to_target")
+        self.from_target = self.bytes.labels("from_target")
 
 
 class Relay:
@@ -117,7 +121,7 @@ class Relay:
             self._refuse(stream, *connect_failure(exc, f"{name}:{port}", address))
             return
         stream.accept()
-        self.metrics.streams.labels("ok").inc()
+        self.metrics.streams_ok.inc()
         self.active.add(stream)
         try:
             watcher = self.request_watcher(name, port) if self.request_watcher else None
@@ -166,14 +170,15 @@ class Relay:
         watcher: RequestWatcher | None = None,
     ) -> None:
         watching = [watcher] if watcher is not None else []
+        to_target_bytes, from_target_bytes = self.metrics.to_target, self.metrics.from_target
 
         def to_target(data: bytes) -> None:
-            self.metrics.bytes.labels("to_target").inc(len(data))
+            to_target_bytes.inc(len(data))
             if watching and watching[0].feed(data):
                 watching.clear()
 
         def from_target(data: bytes) -> None:
-            self.metrics.bytes.labels("from_target").inc(len(data))
+            from_target_bytes.inc(len(data))
 
         result = await pump(stream, reader, writer, chunk_bytes=READ_CHUNK_BYTES,
                             on_to_stream=from_target, on_to_socket=to_target)  # fmt: skip

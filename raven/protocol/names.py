@@ -14,6 +14,7 @@ that every name the tunnel serves also resolves in DNS and the reverse:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 
@@ -21,6 +22,7 @@ MAX_NODE_NAME_BYTES = 253
 """Longest name in presentation form (RFC 1035 2.3.4, Kubernetes' DNS-1123 subdomain)."""
 MAX_LABEL_BYTES = 63
 
+_IPV4_CHARS = "0123456789."
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -45,8 +47,10 @@ def node_name_error(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def is_valid_node_name(name: str) -> bool:
-    """True if ``name`` is a node name (see the module's rule)."""
+    """True if ``name`` is a node name (see the module's rule). Cached: every stream's OPEN
+    names a node again, and a fleet has a bounded set of them."""
     return node_name_error(name) is None
 
 
@@ -63,6 +67,8 @@ def normalize_node_name(name: str) -> str:
 def is_ip_literal(name: str) -> bool:
     """True for ``10.0.0.1``, ``::1`` or ``[::1]``."""
     text = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if ":" not in text and text.strip(_IPV4_CHARS):
+        return False  # neither IPv6 (a colon) nor IPv4 (digits and dots only): no exception
     try:
         ipaddress.ip_address(text)
     except ValueError:

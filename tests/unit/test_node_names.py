@@ -21,7 +21,12 @@ from raven.config.gateway import AuthorisedAgent
 from raven.kube.objects import KubeObjectError, node_name
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.frames import OpenFrame, encode_frame, parse_frames
-from raven.protocol.names import canonical_node_name, is_valid_node_name, node_name_error
+from raven.protocol.names import (
+    canonical_node_name,
+    is_ip_literal,
+    is_valid_node_name,
+    node_name_error,
+)
 
 GATEWAY_IP = ipaddress.ip_address("10.96.0.50")
 ANYONE = AuthorisedAgent(
@@ -130,3 +135,18 @@ def test_the_proxy_takes_the_node_names_plus_one_absolute_dot(name: str) -> None
     """A Host header may name a node absolutely (``edge-gpu-7.``); nothing else extra."""
     expected = canonical_node_name(name[:-1] if name.endswith(".") else name)
     assert proxy_accepts(name) == expected
+
+
+def _parses_as_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+@given(st.one_of(names, st.ip_addresses().map(str), st.text(alphabet="0123456789.:abcdef[]%")))
+def test_ip_literal_check_agrees_with_ipaddress(text: str) -> None:
+    """The exception-free fast path of is_ip_literal never changes its answer."""
+    bracketed = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    assert is_ip_literal(text) == _parses_as_ip(bracketed)
