@@ -113,51 +113,42 @@ def _custom_pod_labels(pod: PodRef | None, opts: ExpositionOptions) -> str:
     return f',container="{e(container)}",namespace="{e(ns)}",pod="{e(name)}"'
 
 
-@dataclass(slots=True)
-class _Usage:
-    """What a container's processes (or one process) use of one GPU."""
+_USAGE_METRICS = (
+    "DCGM_CUSTOM_PROCESS_SM_UTIL",
+    "DCGM_CUSTOM_PROCESS_MEM_COPY_UTIL",
+    "DCGM_CUSTOM_PROCESS_ENCODE_UTIL",
+    "DCGM_CUSTOM_PROCESS_DECODE_UTIL",
+    "DCGM_CUSTOM_PROCESS_MEM_USED",
+)
+"""The DCGM_CUSTOM_PROCESS_* metrics, in the order of a usage tuple."""
 
-    sm: int = 0
-    mem_copy: int = 0
-    enc: int = 0
-    dec: int = 0
-    mem_used: int = 0
-
-    def add(self, p: ProcessSample) -> None:
-        self.sm += p.sm_util
-        self.mem_copy += p.mem_util
-        self.enc += p.enc_util
-        self.dec += p.dec_util
-        self.mem_used += p.used_memory_mib
-
-    def value(self, metric: str) -> int:
-        return {
-            "DCGM_CUSTOM_PROCESS_SM_UTIL": self.sm,
-            "DCGM_CUSTOM_PROCESS_MEM_COPY_UTIL": self.mem_copy,
-            "DCGM_CUSTOM_PROCESS_ENCODE_UTIL": self.enc,
-            "DCGM_CUSTOM_PROCESS_DECODE_UTIL": self.dec,
-            "DCGM_CUSTOM_PROCESS_MEM_USED": self.mem_used,
-        }[metric]
+Usage = tuple[int, int, int, int, int]
 
 
-def _usage_rows(gpu: GpuSample, opts: ExpositionOptions) -> list[tuple[str, _Usage]]:
+def _usage(p: ProcessSample) -> Usage:
+    return (p.sm_util, p.mem_util, p.enc_util, p.dec_util, p.used_memory_mib)
+
+
+def _usage_rows(gpu: GpuSample, opts: ExpositionOptions) -> list[tuple[str, Usage]]:
     """(label suffix, usage): per container by default, per process with per_process."""
     if opts.per_process:
-        rows = []
-        for p in gpu.processes:
-            usage = _Usage()
-            usage.add(p)
-            rows.append((f',pid="{p.pid}"' + _custom_pod_labels(p.pod, opts), usage))
-        return rows
-    by_pod: dict[tuple[str, str, str], _Usage] = {}
+        return [
+            (f',pid="{p.pid}"' + _custom_pod_labels(p.pod, opts), _usage(p)) for p in gpu.processes
+        ]
+    by_pod: dict[tuple[str, str, str], list[int]] = {}
     refs: dict[tuple[str, str, str], PodRef] = {}
     for p in gpu.processes:
         if p.pod is None or not p.pod.pod:
             continue  # outside any pod, or a pod nobody could name
         key = (p.pod.namespace, p.pod.pod, p.pod.container)
         refs.setdefault(key, p.pod)
-        by_pod.setdefault(key, _Usage()).add(p)
-    return [(_custom_pod_labels(refs[k], opts), by_pod[k]) for k in sorted(by_pod)]
+        total = by_pod.setdefault(key, [0, 0, 0, 0, 0])
+        for i, v in enumerate(_usage(p)):
+            total[i] += v
+    return [
+        (_custom_pod_labels(refs[k], opts), (t[0], t[1], t[2], t[3], t[4]))
+        for k, t in sorted(by_pod.items())
+    ]
 
 
 def render(snapshot: Snapshot, counters: Sequence[Counter], opts: ExpositionOptions) -> str:
@@ -209,8 +200,9 @@ def _render_custom(
                 for a in g.allocations
             ]
         else:
+            i = _USAGE_METRICS.index(name)
             lines = [
-                f"{name}{{{b}{suffix}}} {usage.value(name)}\n"
+                f"{name}{{{b}{suffix}}} {usage[i]}\n"
                 for b, gpu_rows in zip(base, rows, strict=True)
                 for suffix, usage in gpu_rows
             ]
