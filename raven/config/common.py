@@ -77,6 +77,11 @@ class LimitsConfig:
     drain_timeout_s: float = doc(
         "On shutdown, open streams get this long to finish.", default=_DEFAULTS.drain_timeout_s
     )
+    rehandshake_after_s: float = doc(
+        "The agent runs a new handshake (fresh Diffie-Hellman keys) inside the tunnel this "
+        "often; streams are not disturbed.",
+        default=_DEFAULTS.rehandshake_after_s,
+    )
     max_registration_entries: int = doc(
         "Node names and prefixes one registration may carry; beyond it the tunnel is closed.",
         default=_DEFAULTS.max_registration_entries,

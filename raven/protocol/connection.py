@@ -119,6 +119,7 @@ class TunnelConnection:
         stats.records_received = channel.records_received
         stats.rekeys_sent = channel.rekeys_sent
         stats.rekeys_received = channel.rekeys_received
+        stats.rehandshakes = channel.rehandshakes
         return stats
 
     # ------------------------------------------------------------------ I/O
@@ -190,12 +191,18 @@ class TunnelConnection:
         """When :meth:`handle_timer` must be called next (None: no timer)."""
         if self._mux.closed:
             return None
-        if not self._channel.handshake_complete:
-            return self._channel.handshake_deadline
-        return self._mux.get_timer()
+        channel = self._channel
+        if not channel.handshake_complete:
+            return channel.handshake_deadline
+        timer = self._mux.get_timer()
+        rehandshake = channel.rehandshake_at
+        if rehandshake is not None and (timer is None or rehandshake < timer):
+            return rehandshake
+        return timer
 
     def handle_timer(self, now: float) -> None:
-        """Run due timers: handshake timeout, keepalive PING, dead peer, drain timeout."""
+        """Run due timers: handshake timeout, re-handshake, keepalive PING, dead peer,
+        drain timeout."""
         self._now = now
         if self._mux.closed:
             return
@@ -207,6 +214,9 @@ class TunnelConnection:
                     reason = UNCONFIRMED_REASON
                 self._mux.abort(CloseCode.AUTH_FAILED, reason, by_peer=False)
             return
+        rehandshake = self._channel.rehandshake_at
+        if rehandshake is not None and now >= rehandshake:
+            self._channel.start_rehandshake(now)
         self._mux.handle_timer(now)
 
     # ------------------------------------------------------------------ streams

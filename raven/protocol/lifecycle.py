@@ -30,6 +30,8 @@ class ChannelState(enum.Enum):
     AWAIT_RESPONSE = "await_response"  # initiator: message 1 queued
     AWAIT_CONFIRMATION = "await_confirmation"  # responder: keys derived, no record yet
     ESTABLISHED = "established"  # transport keys confirmed by a record
+    REKEYING = "rekeying"  # initiator: a re-handshake's message 1 sent, records flow on
+    AWAIT_SWITCH = "await_switch"  # responder: re-handshake answered, sending on new keys
     FAILED = "failed"  # the peer broke the protocol; nothing more is read
 
 
@@ -40,6 +42,10 @@ class ChannelInput(enum.Enum):
     RECV_RECORD = "recv_record"  # an authenticated record
     RECV_INVALID = "recv_invalid"  # anything that breaks the protocol
     SEND_RECORD = "send_record"
+    SEND_REHANDSHAKE = "send_rehandshake"  # initiator: new DH keys, inside the session
+    RECV_REHANDSHAKE = "recv_rehandshake"  # responder: a valid re-handshake message 1
+    RECV_REHANDSHAKE_RESPONSE = "recv_rehandshake_response"  # initiator: its message 2
+    RECV_SWITCH = "recv_switch"  # responder: the initiator sends on the new keys now
 
 
 class TunnelState(enum.Enum):
@@ -82,7 +88,19 @@ CHANNEL_TRANSITIONS: dict[tuple[ChannelState, ChannelInput], ChannelState] = {
     (_C.ESTABLISHED, _CI.RECV_INVALID): _C.FAILED,
     # after a bad record the keys still work: a final CLOSE may go out
     (_C.FAILED, _CI.SEND_RECORD): _C.FAILED,
+    # re-handshake (new Diffie-Hellman) inside the session; records flow throughout
+    (_C.ESTABLISHED, _CI.SEND_REHANDSHAKE): _C.REKEYING,
+    (_C.REKEYING, _CI.RECV_REHANDSHAKE_RESPONSE): _C.ESTABLISHED,
+    (_C.ESTABLISHED, _CI.RECV_REHANDSHAKE): _C.AWAIT_SWITCH,
+    (_C.AWAIT_SWITCH, _CI.RECV_SWITCH): _C.ESTABLISHED,
 }
+for _rekey_state in (_C.REKEYING, _C.AWAIT_SWITCH):
+    CHANNEL_TRANSITIONS[(_rekey_state, _CI.RECV_RECORD)] = _rekey_state
+    CHANNEL_TRANSITIONS[(_rekey_state, _CI.SEND_RECORD)] = _rekey_state
+    CHANNEL_TRANSITIONS[(_rekey_state, _CI.RECV_INVALID)] = _C.FAILED
+
+#: Channel states in which the keys are confirmed and records flow both ways.
+ESTABLISHED_STATES = frozenset({_C.ESTABLISHED, _C.REKEYING, _C.AWAIT_SWITCH})
 
 _DRAINING = (_T.DRAINING_LOCAL, _T.DRAINING_REMOTE, _T.DRAINING_BOTH)
 _LIVE = (_T.OPEN, *_DRAINING)

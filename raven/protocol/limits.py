@@ -44,6 +44,10 @@ class Limits:
     rekey_after_records: int = 1 << 24
     #: ...or after this many seconds, whichever comes first.
     rekey_after_s: float = 120.0
+    #: The initiator runs a new handshake (fresh Diffie-Hellman) inside the session this
+    #: often; streams go on undisturbed. Post-compromise security: a leaked session key
+    #: is useless after the next re-handshake.
+    rehandshake_after_s: float = 300.0
     #: Node names and subnets one registration may carry; beyond it the tunnel closes
     #: (LIMIT_EXCEEDED). Sized for a large site (thousands of nodes) with room to spare.
     max_registration_entries: int = 16384

@@ -10,6 +10,9 @@ reused). Types:
 - ``0x01`` KEY_UPDATE: empty payload; after it the sender's key is replaced by
   ``REKEY(k)`` and its counter restarts at zero. The receiver does the same to its
   receiving key when it reads one.
+- ``0x02`` HANDSHAKE: a message of a re-handshake (a fresh Noise handshake inside the
+  session, for new Diffie-Hellman keys; see SecureChannel);
+- ``0x03`` SWITCH: empty; the sender's next records use the re-handshake's new key.
 
 :class:`RecordSender` decides when to rekey (``Limits.rekey_after_records`` /
 ``rekey_after_s``); :class:`RecordReceiver` opens records; :func:`split_messages`
@@ -59,6 +62,8 @@ class RecordType(enum.IntEnum):
 
     FRAMES = 0x00
     KEY_UPDATE = 0x01
+    HANDSHAKE = 0x02
+    SWITCH = 0x03
 
 
 class OutputBuffer:
@@ -162,6 +167,10 @@ class RecordSender:
             self.rekeys += 1
         return written + self._seal_type(RecordType.FRAMES, payload, out)
 
+    def seal_control(self, kind: RecordType, payload: bytes, out: OutputBuffer) -> int:
+        """Append one HANDSHAKE or SWITCH record (never preceded by a key update)."""
+        return self._seal_type(kind, payload, out)
+
     def _seal_type(self, kind: int, payload: bytes | memoryview, out: OutputBuffer) -> int:
         size = len(payload)
         plain = self._plain
@@ -188,7 +197,7 @@ class RecordSender:
 class RecordReceiver:
     """Opens records under the receiving key; follows the peer's key updates."""
 
-    __slots__ = ("_cipher", "_scratch", "records", "rekeys")
+    __slots__ = ("_cipher", "_scratch", "control", "records", "rekeys")
 
     def __init__(self, cipher: CipherState) -> None:
         self._cipher = cipher
@@ -197,9 +206,12 @@ class RecordReceiver:
         self._scratch = memoryview(bytearray(_SCRATCH_START_BYTES))
         self.records = 0
         self.rekeys = 0
+        #: the last HANDSHAKE or SWITCH record read: (type, payload), for the channel
+        self.control: tuple[RecordType, bytes] | None = None
 
     def open(self, ciphertext: bytes | memoryview) -> bytes | None:
-        """The frames payload of one record, or None for a key update.
+        """The frames payload of one record, or None for a key update or a HANDSHAKE /
+        SWITCH record (then in :attr:`control`).
 
         A record that fails authentication raises RemoteProtocolError with
         ``code=CloseCode.AUTH_FAILED``; an unknown type or a key update with a
@@ -225,6 +237,9 @@ class RecordReceiver:
             self._cipher.rekey()
             self._cipher.set_nonce(0)
             self.rekeys += 1
+            return None
+        if kind in (RecordType.HANDSHAKE, RecordType.SWITCH):
+            self.control = (RecordType(kind), scratch[1:size].tobytes())
             return None
         raise RemoteProtocolError(f"unknown record type 0x{kind:02x}")
 

@@ -38,6 +38,8 @@ class TunnelStats:
     records_received: int = 0
     rekeys_sent: int = 0
     rekeys_received: int = 0
+    #: re-handshakes completed (new Diffie-Hellman keys inside the session)
+    rehandshakes: int = 0
     frames_sent: dict[str, int] = field(default_factory=dict)
     frames_received: dict[str, int] = field(default_factory=dict)
     datagrams_sent: int = 0

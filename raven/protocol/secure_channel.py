@@ -44,7 +44,12 @@ from raven.protocol.handshake import (
     create_initiation,
     create_response,
 )
-from raven.protocol.lifecycle import ChannelInput, ChannelState, next_channel_state
+from raven.protocol.lifecycle import (
+    ESTABLISHED_STATES,
+    ChannelInput,
+    ChannelState,
+    next_channel_state,
+)
 from raven.protocol.limits import Limits
 from raven.protocol.noise import public_key
 from raven.protocol.records import (
@@ -52,6 +57,7 @@ from raven.protocol.records import (
     OutputBuffer,
     RecordReceiver,
     RecordSender,
+    RecordType,
     split_messages,
 )
 
@@ -83,6 +89,8 @@ class ChannelStats:
     bytes_received: int = 0
     rekeys_sent: int = 0
     rekeys_received: int = 0
+    #: re-handshakes completed (new Diffie-Hellman keys inside the session)
+    rehandshakes: int = 0
 
 
 def _describe_bad_magic(start: bytes) -> str:
@@ -144,6 +152,12 @@ class SecureChannel:
         self._out = OutputBuffer()
         self._received: list[bytes] = []
         self._now = now
+        #: (initiator) wall clock at ``now``, for the timestamps of later re-handshakes
+        self._wall_ns = (wall_time_ns or 0, now)
+        #: (initiator) when the next re-handshake starts; None while one runs or before keys
+        self.rehandshake_at: float | None = None
+        #: (responder) the re-handshake's receiving key, used from the initiator's SWITCH
+        self._next_receiver: RecordReceiver | None = None
         self.stats = ChannelStats()
         #: When the handshake must be complete (now + handshake_timeout_s); None once it is.
         self.handshake_deadline: float | None = now + limits.handshake_timeout_s
@@ -178,9 +192,10 @@ class SecureChannel:
 
     @property
     def handshake_complete(self) -> bool:
-        """ESTABLISHED: the initiator read message 2, or the responder read the
-        initiator's first authenticated record (key confirmation)."""
-        return self._state is ChannelState.ESTABLISHED
+        """Established: the initiator read message 2, or the responder read the
+        initiator's first authenticated record (key confirmation); also while a
+        re-handshake runs."""
+        return self._state in ESTABLISHED_STATES
 
     @property
     def has_keys(self) -> bool:
@@ -231,15 +246,22 @@ class SecureChannel:
         MAX_RECORD_PAYLOAD_BYTES bytes). A key-update record goes first when
         the sending key reached ``rekey_after_records`` or ``rekey_after_s``."""
         sender = self._sender
-        if sender is None or self._state is not ChannelState.ESTABLISHED:
+        if sender is None or self._state not in ESTABLISHED_STATES:
             self._move(ChannelInput.SEND_RECORD)  # raises unless a final CLOSE after a failure
         if sender is None:
             raise LocalProtocolError("seal() before the handshake completed")
+        records, rekeys = sender.records, sender.rekeys
         written = sender.seal(payload, now, self._out)
         stats = self.stats
         stats.bytes_sent += written
-        stats.records_sent = sender.records
-        stats.rekeys_sent = sender.rekeys
+        stats.records_sent += sender.records - records
+        stats.rekeys_sent += sender.rekeys - rekeys
+
+    def _seal_control(self, kind: RecordType, payload: bytes) -> None:
+        """One HANDSHAKE or SWITCH record under the current sending key."""
+        assert self._sender is not None
+        self.stats.bytes_sent += self._sender.seal_control(kind, payload, self._out)
+        self.stats.records_sent += 1
 
     # -- input ------------------------------------------------------------------------------
 
@@ -312,7 +334,7 @@ class SecureChannel:
 
     def _check_length(self, length: int) -> None:
         state = self._state
-        if state is ChannelState.ESTABLISHED or state is ChannelState.AWAIT_CONFIRMATION:
+        if state in ESTABLISHED_STATES or state is ChannelState.AWAIT_CONFIRMATION:
             if length < MIN_RECORD_BYTES:
                 raise RemoteProtocolError(f"record of {length} bytes is too short")
         elif state is ChannelState.AWAIT_INITIATION:
@@ -332,17 +354,19 @@ class SecureChannel:
         receiver = self._receiver
         if receiver is not None:
             payload = receiver.open(message)
-            if self._state is not ChannelState.ESTABLISHED:
+            stats = self.stats
+            stats.records_received += 1
+            if payload is not None:
+                self._received.append(payload)
+            elif receiver.control is not None:
+                self._on_rehandshake(receiver)
+            else:
+                stats.rekeys_received += 1
+            if self._state is ChannelState.AWAIT_CONFIRMATION:
                 self._move(ChannelInput.RECV_RECORD)  # key confirmation
                 self.handshake_deadline = None
                 if self._remote_static is not None and self._timestamp is not None:
                     self._replay_guard.confirm(self._remote_static, self._timestamp)
-            stats = self.stats
-            stats.records_received += 1
-            if payload is None:
-                stats.rekeys_received += 1
-            else:
-                self._received.append(payload)
             return True
         if self._state is ChannelState.AWAIT_INITIATION:
             accepted = consume_initiation(
@@ -371,13 +395,90 @@ class SecureChannel:
             self.seal(b"", self._now)
         return True
 
-    def _install(self, keys: SessionKeys) -> None:
+    def _new_sender(self, keys: SessionKeys) -> RecordSender:
         limits = self._limits
-        self._sender = RecordSender(
+        return RecordSender(
             keys.send,
             rekey_after_records=limits.rekey_after_records,
             rekey_after_s=limits.rekey_after_s,
             now=self._now,
         )
+
+    def _install(self, keys: SessionKeys) -> None:
+        limits = self._limits
+        self._sender = self._new_sender(keys)
         self._receiver = RecordReceiver(keys.receive)
+        self._handshake_hash = keys.handshake_hash
+        if self._role is Role.INITIATOR:
+            self.rehandshake_at = self._now + limits.rehandshake_after_s
+
+    # -- re-handshake: new Diffie-Hellman keys inside the session ---------------------------
+    #
+    # initiator                                   responder
+    #   HANDSHAKE(msg 1)  (old key) ------------->  answers; sends from now on new keys:
+    #                    <------------------------  HANDSHAKE(msg 2) (old key), then new
+    #   reads new keys from here; sends
+    #   SWITCH (old key), then new keys ---------->  reads new keys after SWITCH
+    #
+    # TCP keeps records in order, so each side knows exactly which record is the last
+    # under the old key; frames flow throughout and no stream notices.
+
+    def start_rehandshake(self, now: float) -> None:
+        """(initiator) Begin a re-handshake (due at :attr:`rehandshake_at`)."""
+        if self._role is not Role.INITIATOR or self._sender is None:
+            raise LocalProtocolError("only an established initiator re-handshakes")
+        self._move(ChannelInput.SEND_REHANDSHAKE)
+        assert self._remote_static is not None
+        wall_ns, at = self._wall_ns
+        self._pending, message = create_initiation(
+            static_private=self._static_private,
+            remote_static=self._remote_static,
+            wall_time_ns=wall_ns + int((now - at) * 1e9),
+            psk=self._psk,
+        )
+        self.rehandshake_at = None
+        self._seal_control(RecordType.HANDSHAKE, message)
+
+    def _on_rehandshake(self, receiver: RecordReceiver) -> None:
+        assert receiver.control is not None
+        kind, body = receiver.control
+        receiver.control = None
+        if kind is RecordType.SWITCH:
+            self._move(ChannelInput.RECV_SWITCH)
+            if body or self._next_receiver is None:
+                raise RemoteProtocolError("SWITCH record with a payload")
+            self._receiver, self._next_receiver = self._next_receiver, None
+            self.stats.rehandshakes += 1
+        elif self._role is Role.RESPONDER:
+            self._move(ChannelInput.RECV_REHANDSHAKE)
+            self._answer_rehandshake(body)
+        else:
+            self._move(ChannelInput.RECV_REHANDSHAKE_RESPONSE)
+            assert self._pending is not None and self._sender is not None
+            keys = consume_response(self._pending, body)
+            self._pending = None
+            self._receiver = RecordReceiver(keys.receive)  # the responder switched already
+            self._seal_control(RecordType.SWITCH, b"")
+            self._sender = self._new_sender(keys)
+            self._handshake_hash = keys.handshake_hash
+            self.rehandshake_at = self._now + self._limits.rehandshake_after_s
+            self.stats.rehandshakes += 1
+
+    def _answer_rehandshake(self, message: bytes) -> None:
+        """(responder) Message 1 of a re-handshake, inside the session: the same agent
+        key, still authorised (a key removed meanwhile closes the tunnel here)."""
+        accepted = consume_initiation(
+            message,
+            static_private=self._static_private,
+            authorize=self._authorize,
+            replay_guard=ReplayGuard(),  # inside an authenticated, ordered session
+            psk=self._psk,
+        )
+        if accepted.remote_static != self._remote_static:
+            raise HandshakeRejected("re-handshake from another key", "rehandshake_key")
+        self._replay_guard.confirm(accepted.remote_static, accepted.timestamp)
+        response, keys = create_response(accepted)
+        self._seal_control(RecordType.HANDSHAKE, response)
+        self._sender = self._new_sender(keys)
+        self._next_receiver = RecordReceiver(keys.receive)
         self._handshake_hash = keys.handshake_hash

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 
@@ -141,3 +142,31 @@ async def test_drain_lets_open_streams_finish_and_refuses_new(site: Site) -> Non
     await stream.write_eof()
     assert await stream.read() == b""
     assert await session.tunnel.wait_streams_done(2.0)
+
+
+async def test_rehandshakes_under_traffic_do_not_disturb_a_stream(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh Diffie-Hellman keys every 0.2 s inside the tunnel while a stream echoes
+    megabytes both ways: every byte arrives, in order, and the tunnel never closes."""
+    fast = dataclasses.replace(LIMITS, rehandshake_after_s=0.2)
+    monkeypatch.setattr("tests.helpers.tunnel.LIMITS", fast)
+    site.listener.limits = fast
+    port = echo_port(site)
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    tunnel = site.registry.sessions["site-a"].tunnel
+    stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
+    received = bytearray()
+    sent = bytearray()
+    while tunnel.conn.stats.rehandshakes < 3:
+        chunk = os.urandom(256 * 1024)
+        sent += chunk
+        await stream.write(chunk)
+        while len(received) < len(sent):
+            data = await stream.read()
+            assert data, "stream ended early"
+            received += data
+    assert bytes(received) == bytes(sent)
+    await stream.aclose()
+    assert link.connects == 1 and not tunnel.closed.done()

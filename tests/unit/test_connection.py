@@ -413,3 +413,61 @@ def test_fuzz_agent_receive_data_never_raises(data: st.DataObject) -> None:
         assert not agent.closed
     terminated = [e for e in evs if isinstance(e, ConnectionTerminated)]
     assert len(terminated) <= 1
+
+
+def _exchange_in_flight(
+    agent: TunnelConnection, gateway: TunnelConnection, sid: int, now: float, tag: bytes
+) -> None:
+    """Data both ways, delivered one wire chunk at a time in each direction, so records
+    sealed before, during and after a key switch are all in flight together."""
+    agent.send_stream_data(sid, tag + b"-up")
+    gateway.send_stream_data(sid, tag + b"-down")
+    for _ in range(10):
+        up, down = agent.data_to_send(), gateway.data_to_send()
+        if up:
+            gateway.receive_data(up, now)
+        if down:
+            agent.receive_data(down, now)
+    assert read_all(gateway, sid) == tag + b"-up"
+    assert read_all(agent, sid) == tag + b"-down"
+
+
+def test_periodic_rehandshake_renews_the_keys_without_disturbing_streams() -> None:
+    """Every rehandshake_after_s the agent runs a new handshake inside the session (fresh
+    Diffie-Hellman: post-compromise security); data keeps flowing across the switch and
+    no stream, event or timer notices."""
+    limits = replace(
+        LIMITS, rehandshake_after_s=60.0, keepalive_interval_s=500.0, dead_peer_timeout_s=900.0
+    )
+    agent, gateway = connected(limits)
+    sid = open_stream(agent, gateway)
+    events(agent), events(gateway)
+    first = agent._channel.handshake_hash
+    assert agent.get_timer() == 60.0
+    for round_ in range(1, 4):
+        now = 60.0 * round_ + 0.5
+        agent.handle_timer(now)  # due: message 1 goes out inside the session
+        gateway.handle_timer(now)
+        # data sealed right after message 1 (old key) and after the switch (new key)
+        _exchange_in_flight(agent, gateway, sid, now, b"round%d" % round_)
+        assert events(agent) == events(gateway) == []
+        assert agent.stats.rehandshakes == gateway.stats.rehandshakes == round_
+    _exchange_in_flight(agent, gateway, sid, 200.0, b"after")  # all on the newest keys
+    assert agent._channel.handshake_hash == gateway._channel.handshake_hash != first
+    assert not agent.closed and not gateway.closed
+    assert agent.send_capacity(sid) > 0
+
+
+def test_rehandshake_from_a_key_removed_meanwhile_closes_the_tunnel() -> None:
+    limits = replace(LIMITS, rehandshake_after_s=60.0, dead_peer_timeout_s=900.0)
+    allowed = {"yes": True}
+    agent = make_agent(limits)
+    gateway = TunnelConnection(role=Role.RESPONDER, static_private=GW_PRIV, limits=limits,
+                               now=0.0, authorize=lambda key: allowed["yes"])  # fmt: skip
+    pump(agent, gateway)
+    events(agent), events(gateway)
+    allowed["yes"] = False
+    agent.handle_timer(60.0)
+    pump(agent, gateway, 60.0)
+    terminated = [e for e in events(gateway) if isinstance(e, ConnectionTerminated)]
+    assert terminated and terminated[0].code is CloseCode.AUTH_FAILED

@@ -70,7 +70,7 @@ def test_key_update_record_then_new_key_with_counter_reset() -> None:
 
 
 def test_unknown_type_and_key_update_with_payload_rejected() -> None:
-    for plaintext in (b"\x02", b"\xff data", b"\x01extra"):
+    for plaintext in (b"\x04", b"\xff data", b"\x01extra"):
         rx = RecordReceiver(CipherState(KEY))
         with pytest.raises(RemoteProtocolError) as info:
             rx.open(CipherState(KEY).encrypt_with_ad(b"", plaintext))
