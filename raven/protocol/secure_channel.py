@@ -22,6 +22,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from raven.protocol.codes import CloseCode
 from raven.protocol.constants import (
     KEY_BYTES,
     LENGTH_PREFIX_BYTES,
@@ -475,7 +476,7 @@ class SecureChannel:
             psk=self._psk,
         )
         if accepted.remote_static != self._remote_static:
-            raise HandshakeRejected("re-handshake from another key", "rehandshake_key")
+            raise RemoteProtocolError("re-handshake from another key", CloseCode.AUTH_FAILED)
         self._replay_guard.confirm(accepted.remote_static, accepted.timestamp)
         response, keys = create_response(accepted)
         self._seal_control(RecordType.HANDSHAKE, response)
