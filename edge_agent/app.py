@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from edge_agent.dialer import Dialer, DialSettings, GatewayLink
 from edge_agent.relay import Relay
 from raven.admin import AdminRequest, AdminResponse, AdminServer
+from raven.admin.asyncio_backend import AsyncioBackend
 from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
@@ -54,6 +55,7 @@ class AgentApp:
             self.metrics_registry,
             self._ready,
             token_file=config.admin_token_file,
+            backend=AsyncioBackend(),  # no aiohttp in the agent (its RSS, issue 12)
         )
         self.admin.add_route("/api/v1/status", self._api_status)
         self.nodes_served = Gauge(

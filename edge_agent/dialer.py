@@ -16,10 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import dns.asyncresolver
-import dns.exception
-import dns.resolver
+from typing import TYPE_CHECKING
 
 from raven.backoff import backoff_delay
 from raven.hostport import parse_hostport
@@ -30,6 +27,9 @@ from raven.protocol.connection import TunnelConnection
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
 from raven.transport.tunnel import StreamHandler, Tunnel
+
+if TYPE_CHECKING:
+    import dns.asyncresolver
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,9 @@ async def resolve_gateway(host: str, resolver: dns.asyncresolver.Resolver | None
         return [str(ipaddress.ip_address(host))]
     except ValueError:
         pass
+    import dns.asyncresolver  # only for names: a gateway given as an address needs no DNS
+    import dns.exception
+
     res = resolver or dns.asyncresolver.Resolver()
     found: set[str] = set()
     for rdtype in ("A", "AAAA"):
@@ -274,6 +277,8 @@ class Dialer:
         self.links: dict[str, GatewayLink] = {}
         self.resolver: dns.asyncresolver.Resolver | None = None
         if dns_server:
+            import dns.asyncresolver
+
             dhost, dport = parse_hostport(dns_server, default_port=53)
             self.resolver = dns.asyncresolver.Resolver(configure=False)
             self.resolver.nameservers = [dhost]

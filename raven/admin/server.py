@@ -2,7 +2,8 @@
 GPU exporter): `AdminRoutes` served over an HTTP backend.
 
 The backend is a small interface (`AdminBackend`); the default one runs on aiohttp and is
-imported only when the server starts, so a process can swap in another without carrying aiohttp.
+imported only when the server starts, so a process can swap in another without carrying aiohttp
+(the agent uses `raven.admin.asyncio_backend.AsyncioBackend`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,113 @@
+"""The sans-IO core's cost per scrape: two TunnelConnections in one process, no sockets.
+
+One "scrape" is what the protocol does for one proxied request: the gateway opens a stream, the
+agent accepts, a 200-byte request goes one way, a 100 KB response the other, both ENDs, every
+record sealed and opened (ChaCha20-Poly1305), events drained and credit returned on both sides.
+Reports microseconds per scrape (both sides together) and which build of ``raven.protocol`` ran:
+``pure`` (the .py modules) or ``compiled`` (mypyc, see ``scripts/build-compiled``).
+
+Usage: python bench/bench_core.py [--scrapes 2000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from raven.protocol import connection as _connection  # noqa: E402
+from raven.protocol import events as ev  # noqa: E402
+from raven.protocol.connection import Role, TunnelConnection  # noqa: E402
+from raven.protocol.limits import Limits  # noqa: E402
+from raven.protocol.noise import generate_keypair  # noqa: E402
+
+REQUEST = b"GET /metrics HTTP/1.1\r\nHost: edge-bench:9400\r\n" + b"X: y\r\n" * 20 + b"\r\n"
+RESPONSE = b"x" * (100 * 1024)
+
+
+def build() -> str:
+    return "compiled" if _connection.__file__.endswith(".so") else "pure"
+
+
+def pump(a: TunnelConnection, b: TunnelConnection, now: float) -> None:
+    while True:
+        x, y = a.data_to_send(None, now), b.data_to_send(None, now)
+        if not x and not y:
+            return
+        if x:
+            b.receive_data(x, now)
+        if y:
+            a.receive_data(y, now)
+
+
+def drain(conn: TunnelConnection) -> list[ev.Event]:
+    out: list[ev.Event] = []
+    while (event := conn.next_event()) is not None:
+        if isinstance(event, ev.StreamDataReceived):
+            conn.consume_stream_data(event.stream_id, len(event.data))
+        out.append(event)
+    return out
+
+
+def connected() -> tuple[TunnelConnection, TunnelConnection]:
+    limits = Limits()
+    agent_priv, agent_pub = generate_keypair()
+    gw_priv, gw_pub = generate_keypair()
+    agent = TunnelConnection(role=Role.INITIATOR, static_private=agent_priv, limits=limits,
+                             now=0.0, remote_static=gw_pub, wall_time_ns=time.time_ns())  # fmt: skip
+    gateway = TunnelConnection(role=Role.RESPONDER, static_private=gw_priv, limits=limits,
+                               now=0.0, authorize=lambda key: key == agent_pub)  # fmt: skip
+    pump(agent, gateway, 0.0)
+    drain(agent), drain(gateway)
+    return agent, gateway
+
+
+def scrape(agent: TunnelConnection, gateway: TunnelConnection, now: float) -> None:
+    sid = gateway.open_stream("edge-bench", 9400)
+    pump(gateway, agent, now)
+    drain(agent)
+    agent.accept_stream(sid)
+    pump(gateway, agent, now)
+    drain(gateway)
+    gateway.send_stream_data(sid, REQUEST)
+    pump(gateway, agent, now)
+    drain(agent)
+    view = memoryview(RESPONSE)
+    while view:
+        n = min(agent.send_capacity(sid), len(view))
+        agent.send_stream_data(sid, view[:n])
+        view = view[n:]
+        pump(gateway, agent, now)
+        drain(gateway)
+        drain(agent)
+    agent.end_stream(sid)
+    gateway.end_stream(sid)
+    pump(gateway, agent, now)
+    drain(gateway), drain(agent)
+    assert agent.open_streams == 0 and gateway.open_streams == 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scrapes", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    agent, gateway = connected()
+    now = 1.0
+    per_scrape: list[float] = []
+    for _ in range(args.rounds):
+        started = time.perf_counter()
+        for _ in range(args.scrapes):
+            scrape(agent, gateway, now)
+        per_scrape.append((time.perf_counter() - started) / args.scrapes * 1e6)
+    print(f"| {build()} | {statistics.median(per_scrape):.0f} | {min(per_scrape):.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
