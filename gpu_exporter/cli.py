@@ -27,7 +27,7 @@ from gpu_exporter.counters import (
 from gpu_exporter.exposition import HOSTNAME_LABELS, LABEL_MODES, ExpositionOptions
 from gpu_exporter.podresources import DEFAULT_SOCKET
 from gpu_exporter.server import DEFAULT_UNHEALTHY_AFTER, GpuExporter
-from gpu_exporter.setup import build_mapper
+from gpu_exporter.setup import build_mapper, real_backend
 from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SHARING_MODES, SimulatedBackend
 from raven.hostport import AddressError, parse_hostport
 from raven.process_metrics import process_registry
@@ -171,6 +171,18 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="a collection running longer counts as hung (default: the interval, at least 10 s)",
     )
     p.add_argument(
+        "-r",
+        "--dcgm-host",
+        default=_env("DCGM_REMOTE_HOSTENGINE_INFO", "localhost"),
+        help="DCGM host engine for the profiling fields (default localhost; used when DCGM's "
+        "Python bindings are installed)",
+    )
+    p.add_argument(
+        "--no-dcgm",
+        action="store_true",
+        help="read every field through NVML, even where DCGM is installed",
+    )
+    p.add_argument(
         "--sharing",
         choices=SHARING_MODES,
         default="exclusive",
@@ -194,9 +206,12 @@ def _backend(args: argparse.Namespace) -> GpuBackend:
             sharing=args.sharing,
             gpu_mem_unit_mib=args.gpu_mem_unit,
         )
-    from gpu_exporter.nvml_backend import NvmlBackend
-
-    return NvmlBackend(processes=not args.no_custom_metrics)
+    return real_backend(
+        processes=not args.no_custom_metrics,
+        interval_s=args.collect_interval / 1000.0,
+        dcgm=not args.no_dcgm,
+        dcgm_host=args.dcgm_host,
+    )
 
 
 def build_exporter(args: argparse.Namespace) -> GpuExporter:

@@ -49,9 +49,9 @@ def _backend(config: EmbeddedExporterConfig) -> GpuBackend:
         return SimulatedBackend(
             config.simulate, model=config.model, seed=config.seed, sharing=config.sharing
         )
-    from gpu_exporter.nvml_backend import NvmlBackend
+    from gpu_exporter.setup import real_backend
 
-    return NvmlBackend()
+    return real_backend(processes=True, interval_s=config.interval_s)
 
 
 async def start_embedded_exporter(

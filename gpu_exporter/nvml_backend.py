@@ -23,53 +23,25 @@ from gpu_exporter.backend import (
     ProcessSample,
     Snapshot,
 )
+from gpu_exporter.nvml_fields import (
+    ECC,
+    GPM_FIELDS,
+    MEMORY_FIELDS,
+    MIB,
+    RETIRED,
+    VIOLATIONS,
+    attr,
+    field_value,
+    length,
+    milli,
+)
 
 __all__ = ["MIB", "NvmlBackend"]
 
 log = logging.getLogger(__name__)
 
-MIB = 1 << 20
 _UINT_MAX = 0xFFFFFFFF
 _FATAL_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_ResetRequired", "NVMLError_Unknown")
-_GPM_FIELDS = {
-    # DCGM field: (GPM metric constant, scale from the GPM unit to the DCGM unit)
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("NVML_GPM_METRIC_GRAPHICS_UTIL", 0.01),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 0.01),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("NVML_GPM_METRIC_DRAM_BW_UTIL", 0.01),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", float(MIB)),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", float(MIB)),
-    "DCGM_FI_PROF_SM_ACTIVE": ("NVML_GPM_METRIC_SM_UTIL", 0.01),
-    "DCGM_FI_PROF_SM_OCCUPANCY": ("NVML_GPM_METRIC_SM_OCCUPANCY", 0.01),
-    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("NVML_GPM_METRIC_FP64_UTIL", 0.01),
-    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("NVML_GPM_METRIC_FP32_UTIL", 0.01),
-    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("NVML_GPM_METRIC_FP16_UTIL", 0.01),
-}
-_VIOLATIONS = {
-    # DCGM field: NVML perf-policy constant (violation time in ns)
-    "DCGM_FI_DEV_POWER_VIOLATION": "NVML_PERF_POLICY_POWER",
-    "DCGM_FI_DEV_THERMAL_VIOLATION": "NVML_PERF_POLICY_THERMAL",
-    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": "NVML_PERF_POLICY_SYNC_BOOST",
-    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": "NVML_PERF_POLICY_BOARD_LIMIT",
-    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": "NVML_PERF_POLICY_LOW_UTILIZATION",
-    "DCGM_FI_DEV_RELIABILITY_VIOLATION": "NVML_PERF_POLICY_RELIABILITY",
-}
-_ECC = {
-    # DCGM field: (NVML error type, NVML counter type)
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC"),
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC"),
-}
-_RETIRED = {
-    "DCGM_FI_DEV_RETIRED_SBE": "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
-    "DCGM_FI_DEV_RETIRED_DBE": "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",
-}
-_MEMORY_FIELDS = (
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_FB_TOTAL",
-)
 _INSTALL_HINT = (
     "install the NVIDIA driver (it ships libnvidia-ml.so.1) and run where /dev/nvidia* is "
     "visible, or run without a GPU with --simulate N"
@@ -285,7 +257,7 @@ class NvmlBackend:
                 n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU
             ),
             "DCGM_FI_DEV_MEMORY_TEMP": lambda: self._field_values(h, [n.NVML_FI_DEV_MEMORY_TEMP]),
-            "DCGM_FI_DEV_POWER_USAGE": lambda: _milli(t(n.nvmlDeviceGetPowerUsage, h)),
+            "DCGM_FI_DEV_POWER_USAGE": lambda: milli(t(n.nvmlDeviceGetPowerUsage, h)),
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda: t(
                 n.nvmlDeviceGetTotalEnergyConsumption, h
             ),
@@ -320,7 +292,7 @@ class NvmlBackend:
                     v[name] = value
         if not dev.mig:
             v.update(self._memory(h, fields))
-        if dev.gpm and any(f in fields for f in _GPM_FIELDS):
+        if dev.gpm and any(f in fields for f in GPM_FIELDS):
             v.update(self._gpm(dev, fields))
         procs = self._process_samples(dev, h) if self._processes and not dev.mig else ()
         return GpuSample(dev.info, v, procs)
@@ -337,18 +309,16 @@ class NvmlBackend:
             ),
             "DCGM_FI_DEV_RETIRED_PENDING": lambda: t(n.nvmlDeviceGetRetiredPagesPendingStatus, h),
         }
-        for name, policy in _VIOLATIONS.items():
-            readers[name] = lambda p=policy: _attr(
+        for name, policy in VIOLATIONS.items():
+            readers[name] = lambda p=policy: attr(
                 t(n.nvmlDeviceGetViolationStatus, h, getattr(n, p)), "violationTime"
             )
-        for name, (kind, counter) in _ECC.items():
+        for name, (kind, counter) in ECC.items():
             readers[name] = lambda k=kind, c=counter: t(
                 n.nvmlDeviceGetTotalEccErrors, h, getattr(n, k), getattr(n, c)
             )
-        for name, cause in _RETIRED.items():
-            readers[name] = lambda c=cause: _length(
-                t(n.nvmlDeviceGetRetiredPages, h, getattr(n, c))
-            )
+        for name, cause in RETIRED.items():
+            readers[name] = lambda c=cause: length(t(n.nvmlDeviceGetRetiredPages, h, getattr(n, c)))
         return readers
 
     def _sample_mig(self, dev: _Device, fields: frozenset[str]) -> list[GpuSample]:
@@ -361,7 +331,7 @@ class NvmlBackend:
 
     def _memory(self, h: Any, fields: frozenset[str]) -> dict[str, float]:
         n = self._nvml
-        if not any(f in fields for f in _MEMORY_FIELDS):
+        if not any(f in fields for f in MEMORY_FIELDS):
             return {}
         mem = self._try(n.nvmlDeviceGetMemoryInfo, h, n.nvmlMemory_v2)
         reserved: int | None = None
@@ -392,7 +362,7 @@ class NvmlBackend:
                 if fv.nvmlReturn == n.NVML_ERROR_GPU_IS_LOST:
                     raise _GpuLostError("GPU is lost")
                 return None
-            total += _field_value(n, fv)
+            total += field_value(n, fv)
         return total
 
     def _vgpu_license(self, h: Any) -> int | None:
@@ -420,14 +390,14 @@ class NvmlBackend:
         previous, dev.gpm_prev = dev.gpm_prev, current
         if previous is None:
             return {}
-        wanted = [f for f in _GPM_FIELDS if f in fields]
+        wanted = [f for f in GPM_FIELDS if f in fields]
         request = n.c_nvmlGpmMetricsGet_t()
         request.version = n.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(wanted)
         request.sample1 = previous
         request.sample2 = current
         for i, f in enumerate(wanted):
-            request.metrics[i].metricId = getattr(n, _GPM_FIELDS[f][0])
+            request.metrics[i].metricId = getattr(n, GPM_FIELDS[f][0])
         try:
             result = n.nvmlGpmMetricsGet(request)
         except n.NVMLError:
@@ -438,7 +408,7 @@ class NvmlBackend:
         for i, f in enumerate(wanted):
             metric = result.metrics[i]
             if metric.nvmlReturn == n.NVML_SUCCESS:
-                out[f] = float(metric.value) * _GPM_FIELDS[f][1]
+                out[f] = float(metric.value) * GPM_FIELDS[f][1]
         return out
 
     def _process_samples(
@@ -486,31 +456,3 @@ class NvmlBackend:
                 self._call_or(None, lambda d=dev: n.nvmlGpmSampleFree(d.gpm_prev))
                 dev.gpm_prev = None
         self._call_or(None, n.nvmlShutdown)
-
-
-def _attr(value: Any, name: str) -> Any:
-    return None if value is None else getattr(value, name)
-
-
-def _length(value: Any) -> int | None:
-    return None if value is None else len(value)
-
-
-def _milli(value: Any) -> float | None:
-    """mW -> W (NVML reports power in milliwatts)."""
-    return None if value is None else int(value) / 1000.0
-
-
-def _field_value(n: ModuleType, fv: Any) -> float:
-    kind = fv.valueType
-    if kind == n.NVML_VALUE_TYPE_DOUBLE:
-        return float(fv.value.dVal)
-    if kind == n.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return float(fv.value.uiVal)
-    if kind == n.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return float(fv.value.ulVal)
-    if kind == n.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(fv.value.sllVal)
-    if kind == n.NVML_VALUE_TYPE_SIGNED_INT:
-        return float(fv.value.siVal)
-    return float(fv.value.ullVal)
