@@ -9,6 +9,7 @@
 - :mod:`raven.kube.reflector`: the asyncio adapter: list, watch with bookmarks, 410 relist,
   backoff with full jitter, periodic resync.
 
-No ``kubernetes`` Python client is used here: an agent that watches Nodes loads aiohttp,
-which it has anyway.
+No ``kubernetes`` Python client is used here (aiohttp does the HTTP): importing raven.kube
+costs an agent about 23 MiB of RSS against about 35 MiB for the client (bench/bench_kube.py),
+and only when it follows Kubernetes.
 """
