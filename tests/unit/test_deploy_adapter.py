@@ -1,6 +1,7 @@
 """deploy/prometheus-adapter: every rule matches what the GPU exporter really emits, in each of
-its label modes (``--hostname-label Hostname`` and ``hostname``), and every metric the HPA
-example reads is served by a rule that discovers series in every mode."""
+its label modes: gpu-adapter-rules.yaml for the upstream (dcgm-exporter) labels with either
+``--hostname-label`` (``Hostname``, ``hostname``), ack-adapter-rules.yaml for ``--label-mode
+ack``; every metric the HPA example reads is served in every mode."""
 
 from __future__ import annotations
 
@@ -12,18 +13,30 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.cli import build_exporter
-from gpu_exporter.exposition import HOSTNAME_LABELS
+from gpu_exporter.exposition import HOSTNAME_LABELS, LABEL_MODES
 from raven.cli import build_parser
 from tests.unit.test_deploy_common import ROOT
 
 ADAPTER = ROOT / "deploy" / "prometheus-adapter"
 
 
-def series(hostname_label: str) -> list[tuple[str, dict[str, str]]]:
+#: (label mode, hostname label) -> the rules file for it.
+MODES = {
+    **{("upstream", h): "gpu-adapter-rules.yaml" for h in HOSTNAME_LABELS},
+    ("ack", "Hostname"): "ack-adapter-rules.yaml",
+}
+
+
+def test_every_label_mode_has_its_rules() -> None:
+    assert {mode for mode, _ in MODES} == set(LABEL_MODES)
+
+
+def series(label_mode: str, hostname_label: str) -> list[tuple[str, dict[str, str]]]:
     """(name, labels) of every sample a simulated exporter serves in this label mode."""
     args = build_parser().parse_args(
         ["gpu-exporter", "--simulate", "2", "--seed", "0", "--load-profile", "training",
-         "--hostname", "edge-gpu-1", "--hostname-label", hostname_label]
+         "--hostname", "edge-gpu-1", "--hostname-label", hostname_label,
+         "--label-mode", label_mode]
     )  # fmt: skip
     exporter = build_exporter(args)
     try:
@@ -34,8 +47,8 @@ def series(hostname_label: str) -> list[tuple[str, dict[str, str]]]:
     return [(s.name, s.labels) for f in text_string_to_metric_families(text) for s in f.samples]
 
 
-def rules() -> list[dict[str, Any]]:
-    (cm,) = [d for d in yaml.safe_load_all((ADAPTER / "gpu-adapter-rules.yaml").read_text()) if d]
+def rules(file: str) -> list[dict[str, Any]]:
+    (cm,) = [d for d in yaml.safe_load_all((ADAPTER / file).read_text()) if d]
     found: list[dict[str, Any]] = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
     return found
 
@@ -43,8 +56,11 @@ def rules() -> list[dict[str, Any]]:
 def served_name(rule: dict[str, Any]) -> str:
     """The custom metric name the rule serves (its ``name.matches`` -> ``name.as``)."""
     series_name = rule["seriesQuery"].split("{", 1)[0]
-    as_ = re.sub(r"\$\{(\d+)\}", r"\\\1", rule["name"]["as"])
-    return re.sub(rule["name"]["matches"], as_, series_name)
+    name = rule.get("name", {})
+    if "as" not in name:
+        return series_name
+    as_ = re.sub(r"\$\{(\d+)\}", r"\\\1", name["as"])
+    return re.sub(name.get("matches", "^(.*)$"), as_, series_name)
 
 
 def discovers(rule: dict[str, Any], samples: list[tuple[str, dict[str, str]]]) -> bool:
@@ -60,22 +76,21 @@ def discovers(rule: dict[str, Any], samples: list[tuple[str, dict[str, str]]]) -
     )
 
 
-@pytest.mark.parametrize("hostname_label", HOSTNAME_LABELS)
-def test_every_adapter_metric_is_discovered_in_each_label_mode(hostname_label: str) -> None:
-    samples = series(hostname_label)
+@pytest.mark.parametrize(("label_mode", "hostname_label"), sorted(MODES))
+def test_every_rule_discovers_series_and_the_hpa_reads_served_metrics(
+    label_mode: str, hostname_label: str
+) -> None:
+    samples = series(label_mode, hostname_label)
+    file = MODES[(label_mode, hostname_label)]
     served: dict[str, bool] = {}
-    for rule in rules():
+    for rule in rules(file):
         name = served_name(rule)
         served[name] = served.get(name, False) or discovers(rule, samples)
     missing = [name for name, ok in served.items() if not ok]
-    assert missing == [], f"--hostname-label {hostname_label}: no rule discovers {missing}"
-
-
-def test_every_rule_discovers_series_in_some_mode_and_the_hpa_reads_served_metrics() -> None:
-    by_mode = {mode: series(mode) for mode in HOSTNAME_LABELS}
-    for rule in rules():
-        assert any(discovers(rule, s) for s in by_mode.values()), rule["seriesQuery"]
-    served = {served_name(r) for r in rules()}
+    assert missing == [], f"{file} with --label-mode {label_mode} --hostname-label {hostname_label}"
+    for rule in rules(file):  # each rule is for this mode or for the other hostname label
+        other = [s for (m, h), f in MODES.items() if f == file for s in series(m, h)]
+        assert discovers(rule, other), rule["seriesQuery"]
     (hpa,) = [d for d in yaml.safe_load_all((ADAPTER / "hpa-gpu-example.yaml").read_text()) if d]
     for metric in hpa["spec"]["metrics"]:
-        assert metric["pods"]["metric"]["name"] in served
+        assert served.get(metric["pods"]["metric"]["name"]), metric
