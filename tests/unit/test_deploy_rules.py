@@ -1,5 +1,6 @@
 """The chart's PrometheusRule: its rules pass ``promtool check rules`` and every alert fires
-(and stays quiet) as intended under ``promtool test rules`` on synthetic series."""
+(and stays quiet) as intended under ``promtool test rules`` on synthetic series; the plain
+Prometheus job docs/kubernetes.md gives passes ``promtool check config``."""
 
 from __future__ import annotations
 
@@ -49,3 +50,14 @@ def test_every_alert_fires_as_intended(tmp_path: Path) -> None:
     (rule,) = [o for o in render(kube_prometheus_stack()) if o["kind"] == "PrometheusRule"]
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert tested == alerts, "every alert has a promtool test"
+
+
+def test_documented_edge_job_passes_promtool_check_config(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    block = text.split("<!-- prometheus: edge job -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    jobs = yaml.safe_load(block)
+    assert jobs[0]["proxy_url"].endswith(":10264") and "http_sd_configs" in jobs[0]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"scrape_configs": jobs}))
+    out = promtool("check", "config", "--syntax-only", str(config))
+    assert out.returncode == 0, out.stdout + out.stderr
