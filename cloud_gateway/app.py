@@ -170,9 +170,12 @@ class GatewayApp:
 
     def _api_status(self, _request: AdminRequest) -> AdminResponse:
         scrapes = self.proxy.scrapes if self.proxy is not None else ScrapeLog()
-        return AdminResponse.json(
-            gateway_status(self.registry, scrapes, started_at=self.started_at, version=version())
-        )
+        doc = gateway_status(self.registry, scrapes, started_at=self.started_at, version=version())
+        if self.backfill is not None:  # per site: what its agent backfilled (docs/backfill.md)
+            for row in doc["agents"]:
+                status = self.backfill.status.get(row.get("site"))
+                row["backfill"] = status.to_json() if status is not None else None
+        return AdminResponse.json(doc)
 
     def _status_page(self, _request: AdminRequest) -> AdminResponse:
         return AdminResponse.html(status_page_html())

@@ -173,6 +173,11 @@ async def test_outage_backfilled_into_real_prometheus(
             body = await r.json()
         (site,) = body["agents"]
         assert site["backfill"]["samples_written"] >= 12
+        url = f"http://127.0.0.1:{admin[1]}/api/v1/status"  # what `raven status` reads
+        async with aiohttp.ClientSession() as http, http.get(url) as r:
+            status = await r.json()
+        (row,) = status["agents"]
+        assert row["site"] == "site-a" and row["backfill"]["samples_written"] >= 12
     finally:
         await agent.stop()
         await gateway.stop()
