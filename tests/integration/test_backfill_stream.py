@@ -1,0 +1,103 @@
+"""The gateway's end of the backfill stream meets bad input: a stream to anything but the
+backfill pseudo-target is refused, garbage resets the stream, samples of nodes the agent's key
+may not serve are dropped and counted, and a Prometheus that cannot be reached gets the batch
+back as "retry" (the agent keeps it)."""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from cloud_gateway.app import GatewayApp
+from edge_agent.app import AgentApp
+from raven.backfill.wire import (
+    BACKFILL_NODE,
+    BACKFILL_PORT,
+    Batch,
+    MessageReader,
+    Scrape,
+    decode_ack,
+    encode_batch,
+)
+from raven.protocol.codes import StreamCode
+from raven.transport.stream import StreamOpenError, StreamResetError
+from raven.transport.tunnel import TunnelStream
+from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+async def read_ack_or_reset(stream: TunnelStream) -> object:
+    reader = MessageReader()
+    try:
+        while True:
+            data = await stream.read()
+            if not data:
+                return "eof"
+            for obj in reader.feed(data):
+                return decode_ack(obj)
+    except StreamResetError as exc:
+        return exc
+
+
+async def test_backfill_stream_bad_input(tmp_path: Path, no_leaked_tasks: None) -> None:
+    gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
+    dead_port = free_port()  # nothing listens: Prometheus "down"
+    gateway = GatewayApp(gateway_config(
+        tmp_path, gw, [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-a-*"]}],
+        backfill={"enabled": True, "remote_write_url": f"http://127.0.0.1:{dead_port}/api/v1/write",
+                  "timeout_s": 2.0, "jobs": [{"port": 9100, "job": "node"}]},
+    ))  # fmt: skip
+    await gateway.start()
+    assert gateway.listener.bound is not None
+    agent = AgentApp(agent_config(ag, gw, f"127.0.0.1:{gateway.listener.bound[1]}",
+                                  {"edge-a-1": "127.0.0.1"}))  # fmt: skip
+    try:
+        await agent.start()
+        await wait_for(lambda: any(link.tunnel for link in agent.dialer.links.values()))
+        tunnel = next(link.tunnel for link in agent.dialer.links.values() if link.tunnel)
+        # only the backfill pseudo-target is served
+        with pytest.raises(StreamOpenError):
+            await tunnel.open_stream("edge-a-1", 9100, timeout_s=5)
+        # garbage: the stream is reset with a protocol error
+        stream = await tunnel.open_stream(BACKFILL_NODE, BACKFILL_PORT, timeout_s=5)
+        await stream.write(struct.pack(">I", 5) + b"junk!")
+        got = await read_ack_or_reset(stream)
+        assert isinstance(got, StreamResetError) and got.code is StreamCode.PROTOCOL_ERROR
+        # another site's node: dropped and counted, acknowledged (nothing to retry)
+        stream = await tunnel.open_stream(BACKFILL_NODE, BACKFILL_PORT, timeout_s=5)
+        intruder = Scrape("edge-b-1", 9100, "/metrics", 1, (("m", (), 1.0, None),))
+        await stream.write(encode_batch(Batch(1, (intruder,))))
+        ack = await read_ack_or_reset(stream)
+        assert not isinstance(ack, str | StreamResetError)
+        assert ack.ok and ack.dropped == {"unauthorised": 1}  # type: ignore[union-attr]
+        # Prometheus unreachable: not acknowledged, the agent is told to retry
+        mine = Scrape(
+            "edge-a-1", 9100, "/metrics", int(time.time() * 1000), (("m", (), 1.0, None),)
+        )
+        await stream.write(encode_batch(Batch(2, (mine,))))
+        ack = await read_ack_or_reset(stream)
+        assert not isinstance(ack, str | StreamResetError)
+        assert not ack.ok and ack.retry and "prometheus" in ack.error  # type: ignore[union-attr]
+        await stream.write_eof()
+        assert await read_ack_or_reset(stream) == "eof"
+        registry = gateway.metrics_registry
+        assert (
+            registry.get_sample_value(
+                "raven_gateway_backfill_samples_total",
+                {"agent": "site-a", "result": "unauthorised"},
+            )
+            == 1
+        )
+        assert (
+            registry.get_sample_value(
+                "raven_gateway_backfill_remote_writes_total", {"result": "unreachable"}
+            )
+            == 1
+        )
+    finally:
+        await agent.stop()
+        await gateway.stop()
