@@ -50,6 +50,7 @@ async def test_gateway_and_agent_metrics_pass_promtool(tmp_path: Path) -> None:
             "gateway": await fetch(f"http://{host}:{demo.admin_port}/metrics"),
             "agent": await fetch(f"http://{host}:{agent.admin.bound[1]}/metrics"),
         }
+        gpu_page = await fetch(f"http://{node.address}:{node.port}/metrics")
     finally:
         await demo.stop()
     for name, text in pages.items():
@@ -59,6 +60,17 @@ async def test_gateway_and_agent_metrics_pass_promtool(tmp_path: Path) -> None:
         assert "python_info{" in text, name
         assert "_created" not in text, name
     assert "raven_tunnel_keepalive_rtt_seconds_bucket" in pages["gateway"]
+    # the GPU exporter's own metrics (its DCGM_* families keep dcgm-exporter's names and labels)
+    own = (
+        "\n".join(
+            line
+            for line in gpu_page.splitlines()
+            if not line.startswith(("DCGM_", "# HELP DCGM_", "# TYPE DCGM_"))
+        )
+        + "\n"
+    )
+    assert "raven_gpu_exporter_collections_total" in own
+    assert promtool_check(own) == "", "gpu exporter: promtool check metrics failed"
     assert "histogram" not in " ".join(
         line.split()[2] for line in pages["gateway"].splitlines() if line.startswith("# TYPE")
     )
