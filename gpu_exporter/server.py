@@ -37,6 +37,7 @@ from gpu_exporter.counters import MetricType
 from gpu_exporter.exposition import ExpositionOptions, render
 from gpu_exporter.process_mapping import PodMapper
 from raven.admin import AdminRequest, AdminResponse, AdminServer
+from raven.logs import fields
 
 __all__ = ["CONTENT_TYPE", "GpuExporter", "SelfMetrics"]
 
@@ -159,7 +160,7 @@ class GpuExporter:
             self._failed("error", f"{type(exc).__name__}: {exc}")
             return
         if self._last_error:
-            log.info("gpu collection recovered backend=%s", self.backend.name)
+            log.info("gpu collection recovered", extra=fields(backend=self.backend.name))
         self._last_error = ""
         self._failures = 0
         self._rendered = _Rendered(snapshot, body)
@@ -170,7 +171,9 @@ class GpuExporter:
     def _failed(self, result: str, error: str) -> None:
         """A failed or hung collection: withdraw every GPU series, count it."""
         if error != self._last_error:  # one line per new trouble, not one per interval
-            log.warning("gpu collection %s backend=%s error=%s", result, self.backend.name, error)
+            log.warning(
+                f"gpu collection {result}", extra=fields(backend=self.backend.name, reason=error)
+            )
         self._last_error = error
         self._failures += 1
         if self._rendered is not None:

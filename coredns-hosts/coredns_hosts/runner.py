@@ -19,6 +19,7 @@ from coredns_hosts.sinks import Sink
 from coredns_hosts.sources import Source
 from raven.admin import AdminServer
 from raven.backoff import Backoff
+from raven.logs import fields
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class HostsGenerator:
                 continue
             (self.metrics.writes if wrote else self.metrics.unchanged).labels(sink.name).inc()
             if wrote:
-                log.info("wrote sink=%s names=%d", sink.name, len(rendered.entries))
+                log.info("wrote", extra=fields(sink=sink.name, names=len(rendered.entries)))
         return errors
 
     async def sync(self) -> bool:
@@ -102,7 +103,7 @@ class HostsGenerator:
         except SourceNotReady as exc:
             self.metrics.errors.labels("source", "not_ready").inc()
             self.last_error = f"source not ready: {exc}"
-            log.warning("not writing, last good output kept: %s", exc)
+            log.warning("not writing, last good output kept", extra=fields(reason=str(exc)))
             return False
         rendered = render(snapshot)
         if rendered.invalid_names:
@@ -114,7 +115,7 @@ class HostsGenerator:
         if errors:
             self.last_error = "; ".join(errors)
             for error in errors:
-                log.error("write failed: %s", error)
+                log.error("write failed", extra=fields(reason=error))
             return False
         self.last_rendered = rendered
         self.last_success_wall = self._wall_clock()
