@@ -158,6 +158,8 @@ class TargetTable:
         self.keep_while_down_s = keep_while_down_s
         self.targets: dict[TargetKey, Target] = {}
         self.refused = 0  # scrapes of targets not learned because the table was full
+        #: keys forgotten since the caller last emptied this (to forget them on disk too)
+        self.forgotten: list[TargetKey] = []
 
     def add_explicit(self, target: Target) -> None:
         """A configured target: overrides what was learned for the same key, or adds it."""
@@ -169,9 +171,12 @@ class TargetTable:
             target.accept = target.accept or old.accept
         self.targets[target.key] = target
 
-    def restore(self, targets: Iterable[Target]) -> None:
-        """Targets persisted by an earlier run (explicit ones from the config win)."""
+    def restore(self, targets: Iterable[Target], now: float) -> None:
+        """Targets persisted by an earlier run (explicit ones from the config win); those
+        never learned (no interval) or idle longer than they would be kept are not."""
         for t in targets:
+            if t.interval_s is None or now - t.last_seen > self.keep_while_down_s:
+                continue
             if t.key not in self.targets and len(self.targets) < self.max_targets:
                 self.targets[t.key] = t
 
@@ -209,6 +214,7 @@ class TargetTable:
             if self._expired(t, now, tunnel_up):
                 if not t.explicit:
                     del self.targets[key]
+                    self.forgotten.append(key)
                 else:
                     t.local = False
                 continue

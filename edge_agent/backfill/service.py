@@ -128,7 +128,7 @@ class BackfillService:
                 synchronous=cfg.synchronous,
             )
         )  # fmt: skip
-        self.table.restore(await self._run_db(self.store.load_targets))
+        self.table.restore(await self._run_db(self.store.load_targets), self.clock())
         t = self.store.totals
         log.info(
             "backfill buffer opened path=%s targets=%d buffered_samples=%d",
@@ -221,6 +221,10 @@ class BackfillService:
                     self.metrics.local_scrapes.labels("busy").inc()
                     continue
                 self._spawn(self._local_scrape(t), f"backfill scrape {t.node}:{t.port}")
+            for key in self.table.forgotten:
+                log.info("backfill: forgot target %s:%d%s (not scraped for forget_after_s)", *key)
+                self._db_later(self._store().forget_target, *key)
+            self.table.forgotten.clear()
             await asyncio.sleep(TICK_S)
 
     async def _local_scrape(self, t: Target) -> None:

@@ -124,6 +124,19 @@ class BufferStore:
             self.db.execute("ROLLBACK")
             raise
 
+    def forget_target(self, node: str, port: int, path: str) -> None:
+        """A target no longer scraped: its row goes once no buffered scrape refers to it (the
+        table stays bounded; a target with buffered scrapes is kept until they are sent)."""
+        self.db.execute(
+            "DELETE FROM targets WHERE node=? AND port=? AND path=?"
+            " AND NOT EXISTS (SELECT 1 FROM scrapes WHERE scrapes.target_id = targets.id)",
+            (node, port, path),
+        )
+        if not self.db.execute(
+            "SELECT 1 FROM targets WHERE node=? AND port=? AND path=?", (node, port, path)
+        ).fetchone():
+            self._target_ids.pop((node, port, path), None)
+
     def load_targets(self) -> list[Target]:
         rows = self.db.execute(
             "SELECT node, port, path, accept, timeout_s, interval_s, last_seen FROM targets"

@@ -116,6 +116,7 @@ def test_table_is_bounded_and_forgets() -> None:
     # Prometheus stopped scraping while the tunnel is up: forgotten after forget_after_s
     t.due(1103.0, tunnel_up=True)
     assert t.targets == {}
+    assert sorted(t.forgotten) == [("edge-gpu-1", 9400, f"/m{i}") for i in range(4)]
 
 
 def test_kept_while_down_and_explicit_targets() -> None:
@@ -138,3 +139,16 @@ def test_explicit_overrides_learned() -> None:
     t.observe(seen(), 1004.0)
     target = t.targets[("edge-gpu-1", 9400, "/metrics")]
     assert target.interval_s == 10.0 and target.timeout_s == 3.0 and target.explicit
+
+
+def test_restore_skips_unlearned_and_stale_targets() -> None:
+    t = table()
+    t.restore(
+        [
+            Target("a", 1, "/", interval_s=2.0, last_seen=1500.0),
+            Target("b", 1, "/", interval_s=None, last_seen=1500.0),
+            Target("c", 1, "/", interval_s=2.0, last_seen=100.0),  # idle beyond keep_while_down_s
+        ],
+        now=1600.0,
+    )
+    assert sorted(t.targets) == [("a", 1, "/")]

@@ -152,3 +152,19 @@ def test_what_was_stored_survives_kill_9(tmp_path: Path) -> None:
     stored = [r.scrape.ts_ms for r in rows]
     assert bad == 0 and stored[:acked] == list(range(1, acked + 1))
     store.close()
+
+
+def test_forgotten_targets_leave_the_table_once_their_scrapes_are_sent(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.add(scrape(1000), now_ms=1000)
+    store.save_target(Target("edge-gpu-2", 9400, "/metrics", "", 1.0, 2.0, 5.0))
+    store.forget_target("edge-gpu-2", 9400, "/metrics")
+    store.forget_target("edge-gpu-1", 9400, "/metrics")  # still has a buffered scrape: kept
+    assert [t.node for t in store.load_targets()] == ["edge-gpu-1"]
+    rows, _ = store.next_batch(MIB, 10_000)
+    store.delete_rows([r.row_id for r in rows])
+    store.forget_target("edge-gpu-1", 9400, "/metrics")
+    assert store.load_targets() == []
+    store.add(scrape(2000), now_ms=2000)  # learned again later: a new row, sent as usual
+    assert [r.scrape.ts_ms for r in store.next_batch(MIB, 10_000)[0]] == [2000]
+    store.close()
