@@ -260,8 +260,10 @@ async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path, no_leaked_ta
         assert backfilled >= rows_at_first_drop - 2
         values = await asyncio.to_thread(prom.query, 'cap_test{i="0"}[1h]')
         got = [int(float(v)) for _, v in values[0]["values"]]
-        # the target's counter at each scrape: the oldest were dropped, the newest kept
-        assert got == sorted(got) and got[0] > 1 and got[0] == dropped // CAP_SERIES + 1
+        # the target's counter at each scrape (a scrape that timed out under load skips
+        # one): the oldest were dropped, the newest kept, in order
+        assert got == sorted(got) and len(set(got)) == len(got)
+        assert got[0] >= dropped // CAP_SERIES + 1
         gauge = agent.metrics_registry.get_sample_value(
             "raven_agent_backfill_samples_dropped_total", {"reason": "cap"}
         )
