@@ -13,8 +13,6 @@ from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.admin.asyncio_backend import MAX_HEAD_BYTES, AsyncioBackend
 from raven.admin.server import AdminBackend
 
-pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
-
 
 def make_backend(name: str) -> AdminBackend | None:
     return AsyncioBackend() if name == "asyncio" else None  # None: the default (aiohttp)

@@ -89,9 +89,7 @@ async def start_target(counter: list[int]) -> web.AppRunner:
     return runner
 
 
-async def test_outage_backfilled_into_real_prometheus(
-    tmp_path: Path, no_leaked_tasks: None
-) -> None:
+async def test_outage_backfilled_into_real_prometheus(tmp_path: Path) -> None:
     require(os.path.exists(PROMETHEUS) and shutil.which("prometheus") is not None,
             "prometheus not installed (scripts/setup installs it as root)")  # fmt: skip
     prom = PromProcess(tmp_path)
@@ -209,7 +207,7 @@ async def start_big_target() -> tuple[web.AppRunner, int]:
     return runner, port
 
 
-async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path, no_leaked_tasks: None) -> None:
+async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path) -> None:
     """A 10 MiB buffer overflowed while the gateway is away: the oldest scrapes are dropped
     and counted, the disk stays within the cap, and the newest are all backfilled."""
     require(os.path.exists(PROMETHEUS), "prometheus not installed (scripts/setup installs it)")

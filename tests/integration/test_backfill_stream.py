@@ -43,7 +43,7 @@ async def read_ack_or_reset(stream: TunnelStream) -> object:
         return exc
 
 
-async def test_backfill_stream_bad_input(tmp_path: Path, no_leaked_tasks: None) -> None:
+async def test_backfill_stream_bad_input(tmp_path: Path) -> None:
     gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
     dead_port = free_port()  # nothing listens: Prometheus "down"
     gateway = GatewayApp(gateway_config(

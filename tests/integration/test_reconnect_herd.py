@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 AGENTS = 30
 
 
-async def test_herd_after_mass_disconnect(tmp_path: Path, no_leaked_tasks: None) -> None:
+async def test_herd_after_mass_disconnect(tmp_path: Path) -> None:
     gw = KeyPair(tmp_path, "gw")
     keys = [KeyPair(tmp_path, f"a{i}") for i in range(AGENTS)]
     registry_metrics = CollectorRegistry()

@@ -15,8 +15,8 @@ import pytest
 from cloud_gateway.app import GatewayApp
 from raven.demo.runner import Demo
 from raven.demo.topology import build_topology
-from tests.cdp import Browser, chromium_binary
 from tests.helpers import KeyPair, gateway_config
+from tests.helpers.cdp import Browser, chromium_binary
 
 
 def rows_when(table: str, predicate: str) -> str:
