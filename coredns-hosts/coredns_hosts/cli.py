@@ -98,8 +98,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="Edge node names -> gateway Service addresses, as a hosts file / ConfigMap.",
     )
     actions = parser.add_subparsers(dest="hosts_action", required=True)
+    _run_options(
+        actions.add_parser("run", help="write the hosts file/ConfigMap and keep it current")
+    )
+    _check_options(
+        actions.add_parser("check", help="resolve every expected name against a DNS server")
+    )
+    parser.set_defaults(func=main)
+    return parser
 
-    run = actions.add_parser("run", help="write the hosts file/ConfigMap and keep it current")
+
+def _run_options(run: argparse.ArgumentParser) -> None:
     _source_options(run)
     s = run.add_argument_group("sinks")
     s.add_argument("--output", type=Path, help="hosts file to replace atomically")
@@ -137,7 +146,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="longest a change waits while changes keep coming",
     )
 
-    check = actions.add_parser("check", help="resolve every expected name against a DNS server")
+
+def _check_options(check: argparse.ArgumentParser) -> None:
     check.add_argument(
         "--server", required=True, metavar="IP[:PORT]", help="DNS server to query (CoreDNS)"
     )
@@ -150,8 +160,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--timeout-s", type=float, default=2.0, help="timeout of one DNS query in seconds"
     )
     _source_options(check)
-    parser.set_defaults(func=main)
-    return parser
 
 
 def main(args: argparse.Namespace) -> int:
