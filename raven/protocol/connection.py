@@ -131,8 +131,8 @@ class TunnelConnection:
             return
         try:
             payloads = self._channel.receive_data(data, now)
-        except HandshakeRejected as exc:
-            self._fail(exc.code, exc.reason)
+        except HandshakeRejected as rejected:  # one name per exception type (mypyc)
+            self._fail(rejected.code, rejected.reason)
             return
         except RemoteProtocolError as exc:
             self._fail(exc.code, str(exc))
@@ -148,8 +148,8 @@ class TunnelConnection:
                 mux.receive_payload(payload, now)
         except RemoteProtocolError as exc:
             self._fail(exc.code, str(exc))
-        except LocalProtocolError as exc:  # a bug of ours met on the receive path
-            self._fail(CloseCode.INTERNAL, f"internal error: {exc}")
+        except LocalProtocolError as bug:  # a bug of ours met on the receive path
+            self._fail(CloseCode.INTERNAL, f"internal error: {bug}")
 
     def _fail(self, code: CloseCode, reason: str) -> None:
         # a CLOSE record goes out only on a tunnel whose keys were confirmed
