@@ -28,6 +28,7 @@ from raven.backfill.wire import (
     WireError,
     decode_ack,
 )
+from raven.backoff import Backoff
 from raven.protocol.codes import StreamCode
 from raven.transport.stream import StreamOpenError, StreamResetError
 from raven.transport.tunnel import Tunnel, TunnelStream
@@ -72,7 +73,7 @@ class Sender:
         self._batch_id = 0
 
     async def run(self) -> None:
-        backoff = 1.0
+        retry = Backoff(1.0, MAX_BACKOFF_S)
         while True:
             tunnel = next(
                 (t for t in self.tunnels() if not t.closed.done() and not t.draining), None
@@ -99,22 +100,21 @@ class Sender:
             ) as exc:
                 self.last_error = str(exc) or type(exc).__name__
                 self.metrics.batches.labels("error").inc()
-                log.warning(
-                    "backfill batch failed err=%s retry_in_s=%.0f", self.last_error, backoff
-                )
+                delay = retry.next_delay()
+                log.warning("backfill batch failed err=%s retry_in_s=%.1f", self.last_error, delay)
                 self._drop_stream()
             except BatchRefused as exc:
                 self.last_error = str(exc)
                 self.metrics.batches.labels("retry").inc()
-                log.warning("backfill batch not stored err=%s retry_in_s=%.0f", exc, backoff)
+                delay = retry.next_delay()
+                log.warning("backfill batch not stored err=%s retry_in_s=%.1f", exc, delay)
             else:
-                backoff = 1.0
+                retry.reset()
                 busy = time.monotonic() - started
                 idle = busy * (1 - self.duty_cycle) / self.duty_cycle
                 await asyncio.sleep(max(sent / self.bytes_per_s, idle))
                 continue
-            await asyncio.sleep(backoff)
-            backoff = min(MAX_BACKOFF_S, backoff * 2)
+            await asyncio.sleep(delay)
 
     async def _end_stream(self) -> None:
         if self._stream is not None:
