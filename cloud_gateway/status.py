@@ -148,6 +148,14 @@ def _agent_rows(registry: Registry, now: float) -> list[dict[str, Any]]:
     return rows
 
 
+def _site_of(registry: Registry, node: str) -> str | None:
+    """The site authorised to serve ``node`` (its agent is down when this is asked)."""
+    for agent in sorted(registry.by_key.values(), key=lambda a: a.name):
+        if agent.may_serve(node):
+            return agent.name
+    return None
+
+
 def _node_rows(registry: Registry, scrapes: ScrapeLog, now: float) -> list[dict[str, Any]]:
     rows = []
     for node in sorted(set(registry.seen_nodes) | set(registry.node_index)):
@@ -156,7 +164,7 @@ def _node_rows(registry: Registry, scrapes: ScrapeLog, now: float) -> list[dict[
         durations = list(state.durations) if state is not None else []
         row: dict[str, Any] = {
             "node": node,
-            "site": ",".join(sorted(s.agent.name for s in sessions)) or None,
+            "site": ",".join(sorted(s.agent.name for s in sessions)) or _site_of(registry, node),
             "reachable": bool(sessions),
             "last_scrape": None,
             "last_scrape_age_seconds": None,

@@ -69,9 +69,15 @@ def _result(n: dict[str, Any]) -> str:
     return f"ok {n['status']}" if n["result"] == "ok" else str(n["result"])
 
 
+def _site(n: dict[str, Any]) -> str:
+    if n["reachable"]:
+        return str(n["site"])
+    return f"{n['site']} (down)" if n["site"] else "(no agent)"
+
+
 def nodes_table(nodes: list[dict[str, Any]]) -> str:
     rows = [
-        [n["node"], n["site"] or "(no agent)",
+        [n["node"], _site(n),
          f"{fmt_age(n['last_scrape_age_seconds'])} ago" if n["last_scrape"] else "never",
          _result(n), fmt_ms(n["latency_p50_seconds"]), fmt_ms(n["latency_p99_seconds"]),
          str(n["scrapes_ok"]), str(n["scrapes_failed"]), (n["last_error"] or "")[:60]]

@@ -55,7 +55,7 @@ async def test_status_page_shows_the_demo_and_follows_an_agent_stopping(tmp_path
         )
         assert any(row.startswith("site-a\tup") for row in agents)
         nodes = await browser.wait_for(
-            rows_when("nodes", "r.filter(t => t.includes('(no agent)')).length == 2")
+            rows_when("nodes", "r.filter(t => t.includes('\\tsite-b (down)\\t')).length == 2")
         )
         summary = await browser.evaluate("document.getElementById('summary').innerText")
         assert summary.startswith("1 of 2 agents up, 2 of 4 nodes reachable")

@@ -71,3 +71,15 @@ def test_render_status_tables() -> None:
     assert "2.0 KiB" in lines[3]
     assert "site-a-gpu-1  site-a  1.5s ago     ok 200  4.00 ms  12.0 ms" in text
     assert text.endswith("no errors\n")
+
+
+def test_a_node_of_a_down_site_names_the_site() -> None:
+    node = {"node": "site-b-gpu-1", "site": "site-b", "reachable": False, "last_scrape": None,
+            "last_scrape_age_seconds": None, "result": None, "status": None,
+            "latency_p50_seconds": None, "latency_p99_seconds": None, "scrapes_ok": 0,
+            "scrapes_failed": 0, "last_error": None}  # fmt: skip
+    text = render_status({"gateway": {}, "agents": [], "nodes": [node], "errors": []})
+    assert "site-b-gpu-1  site-b (down)  never" in text
+    orphan = {**node, "site": None}
+    text = render_status({"gateway": {}, "agents": [], "nodes": [orphan], "errors": []})
+    assert "site-b-gpu-1  (no agent)  never" in text
