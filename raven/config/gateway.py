@@ -170,9 +170,14 @@ class GatewayConfig:
         names: set[str] = set()
         for a in self.agents:
             if a.public_key in keys:
-                raise ValueError(f"agent {a.name!r}: public key listed twice")
+                raise ValueError(
+                    f"agents: {a.name!r} has a public key listed twice; each agent needs its own "
+                    "key (raven keygen on its host)"
+                )
             if a.name in names:
-                raise ValueError(f"agent name {a.name!r} listed twice")
+                raise ValueError(
+                    f"agents: the name {a.name!r} is listed twice; give each site its own name"
+                )
             keys.add(a.public_key)
             names.add(a.name)
 

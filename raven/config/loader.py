@@ -129,7 +129,9 @@ class _Collector:
         try:
             built = cls(**kwargs)
         except (ValueError, TypeError, ConfigError) as exc:
-            return self.problem(_field_named_in(str(exc), list(fields), where), str(exc))
+            path = _field_named_in(str(exc), list(fields), where)
+            message = str(exc).removeprefix(f"{path.rsplit('.', 1)[-1]}: ")  # said by the path
+            return self.problem(path, message)
         return _INVALID if any(str(k) not in fields for k in data) else built
 
     def _unknown(self, key: str, known: list[str], where: str) -> None:
