@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
+from raven.protocol.budget import ControlBudget
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES
+from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
@@ -63,7 +64,6 @@ from raven.protocol.frames import (
 )
 from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, next_tunnel_state
 from raven.protocol.limits import Limits
-from raven.protocol.ratelimit import Budget
 from raven.protocol.scheduler import Scheduler, TunnelStats
 from raven.protocol.streams import (
     RECEIVING_STATES,
@@ -81,8 +81,6 @@ MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
 #: Smallest receive window a stream is given when the tunnel's windows are nearly all
 #: committed; every stream up to ``max_streams`` is guaranteed at least this much.
 MIN_STREAM_WINDOW_BYTES = 16 * 1024
-#: Wire size of a CREDIT frame (not charged to the control budget: it follows data).
-_CREDIT_FRAME_BYTES = FRAME_HEADER_BYTES + 4
 #: PINGs awaiting their PONG that we remember (for RTT).
 _MAX_PINGS_IN_FLIGHT = 4
 
@@ -120,11 +118,7 @@ class Multiplexer:
         self._ping_counter = 0
         self._rtt_s: float | None = None
         self._reg: tuple[list[str], list[str], list[tuple[str, str]]] = ([], [], [])
-        burst = limits.control_burst_s
-        rate = limits.max_control_frames_per_s
-        self._frame_budget = Budget(rate_per_s=rate, capacity=rate * burst, now=now)
-        rate = limits.max_control_bytes_per_s
-        self._byte_budget = Budget(rate_per_s=rate, capacity=rate * burst, now=now)
+        self._budget = ControlBudget(limits, now)
 
     # ------------------------------------------------------------------ properties
 
@@ -465,10 +459,12 @@ class Multiplexer:
         self._last_received = now
         received = self.stats.frames_received
         frames = parse_frames(payload)
-        if (len(frames) != 1 or type(frames[0]) is not DataFrame) and not self._charge(
-            frames, len(payload), now
-        ):
-            return
+        if len(frames) != 1 or type(frames[0]) is not DataFrame:
+            over = self._budget.charge(frames, len(payload), now)
+            if over is not None:  # before any of it is acted on
+                self.stats.control_budget_exceeded += 1
+                self.close(CloseCode.LIMIT_EXCEEDED, over)
+                return
         for frame in frames:
             if self.closed:
                 return
@@ -479,35 +475,6 @@ class Multiplexer:
             label = frame.TYPE.label
             received[label] = received.get(label, 0) + 1
             self._on_control(frame, now)
-
-    def _charge(self, frames: list[Frame], size: int, now: float) -> bool:
-        """Charge one payload's control work to the peer's budgets (see Limits); past
-        them the tunnel is closed before any of the payload is acted on."""
-        ops = 0
-        free = 0
-        for frame in frames:
-            if isinstance(frame, DataFrame | DatagramFrame):
-                free += FRAME_HEADER_BYTES + len(frame.data)
-            elif isinstance(frame, CreditFrame):
-                free += _CREDIT_FRAME_BYTES
-            elif isinstance(frame, RegisterFrame):
-                ops += 1 + len(frame.nodes) + len(frame.prefixes)
-            elif isinstance(frame, RegisterResultFrame):
-                ops += 1 + len(frame.accepted_nodes) + len(frame.accepted_prefixes)
-                ops += len(frame.refused)
-            else:
-                ops += 1
-        if not ops:
-            return True
-        if not self._frame_budget.spend(ops, now):
-            budget = f"{self._limits.max_control_frames_per_s:g} frames/s"
-        elif not self._byte_budget.spend(size - free, now):
-            budget = f"{self._limits.max_control_bytes_per_s:g} bytes/s"
-        else:
-            return True
-        self.stats.control_budget_exceeded += 1
-        self.close(CloseCode.LIMIT_EXCEEDED, f"control budget exceeded ({budget})")
-        return False
 
     def _peer_stream(self, stream_id: int) -> Stream | None:
         """The stream a peer frame names; None for one that finished (late frames are
