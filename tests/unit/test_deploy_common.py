@@ -212,24 +212,22 @@ def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
 
 
 def check_key_copy(w: dict[str, Any]) -> None:
-    """The non-root init container copies the Secret's key to a memory emptyDir, mode 0600,
-    owned by the running user (Raven refuses a key others can read)."""
+    """The non-root init container copies the Secret's key (and the admin token, if any) to a
+    memory emptyDir, mode 0600, owned by the running user (Raven refuses a key others can
+    read)."""
     spec = pod_spec(w)
     init = spec["initContainers"][0]
     app = spec["containers"][0]
     init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
     app_mounts = {m["name"]: m["mountPath"] for m in app["volumeMounts"]}
-    assert init["command"] == [
-        "install",
-        "-m",
-        "0600",
-        f"{init_mounts['key-secret']}/private.key",
-        f"{init_mounts['keys']}/private.key",
-    ]
+    sources = [f"{init_mounts['key-secret']}/private.key"]
+    if "admin-token" in init_mounts:
+        sources.append(f"{init_mounts['admin-token']}/admin.token")
+    assert init["command"] == ["install", "-m", "0600", "-t", init_mounts["keys"], *sources]
     keys_vol = next(v for v in spec["volumes"] if v["name"] == "keys")
     assert keys_vol["emptyDir"]["medium"] == "Memory"
     assert init_mounts["keys"] == app_mounts["keys"]
-    assert "key-secret" not in app_mounts, "the app must read the 0600 copy, not the Secret"
+    assert not {"key-secret", "admin-token"} & set(app_mounts), "the app reads the 0600 copies"
 
 
 #: Volume types Pod Security "restricted" allows.

@@ -113,12 +113,19 @@ def documented_values() -> dict[str, Any]:
     return values
 
 
+def with_admin_token() -> dict[str, Any]:
+    values = kube_prometheus_stack()
+    values["adminToken"] = {"existingSecret": "raven-admin-token"}
+    return values
+
+
 VARIANTS: dict[str, Callable[[], dict[str, Any]]] = {
     "docs-kubernetes-md": documented_values,
     "no-sites": base_values,
     "two-sites-numeric-name": two_sites,
     "two-sites-l3": lambda: two_sites(l3=True),
     "kube-prometheus-stack": kube_prometheus_stack,
+    "admin-token": with_admin_token,
 }
 
 
@@ -179,6 +186,8 @@ def test_configs_load_and_agree_with_the_objects(
     gw_cfg = load_gateway_config(gw_path)
     assert [a.name for a in gw_cfg.agents] == [s["name"] for s in sites]
     assert gw_cfg.tun.enabled == l3
+    token = values.get("adminToken", {}).get("existingSecret")
+    assert gw_cfg.admin_token_file == ("/run/raven/keys/admin.token" if token else None)
 
     gw = find(objs, "Deployment", "raven-gateway")
     annotations = gw["spec"]["template"]["metadata"].get("annotations", {})
@@ -210,6 +219,8 @@ def test_configs_load_and_agree_with_the_objects(
         assert cfg.kubernetes.services == values.get("agent", {}).get("services", [])
         assert cfg.allowed_ports == s.get("allowedPorts", [9400, 9100, 10250, 10255])
         assert cfg.tun.enabled == l3
+        token = values.get("adminToken", {}).get("existingSecret")
+        assert cfg.admin_token_file == ("/run/raven/keys/admin.token" if token else None)
         extra = values.get("agent", {}).get("extraConfig", {})
         assert cfg.reconnect.max_backoff_s == extra.get("reconnect", {}).get("max_backoff_s", 30.0)
         (authorised,) = [a for a in gw_cfg.agents if a.name == s["name"]]
@@ -399,3 +410,21 @@ def test_numeric_site_name_stays_a_string_everywhere() -> None:
     assert pod_spec(dep)["nodeSelector"]["raven.io/site"] == "123"
     text = find(objs, "ConfigMap", "raven-agent-config-123")["data"]["agent.yaml"]
     assert re.search(r'^name: "123"$', text, re.M)
+
+
+def test_admin_token_reaches_the_processes_and_the_http_sd_scrape() -> None:
+    objs = render(with_admin_token())
+    for name in ("raven-gateway", "raven-agent-site-a"):
+        volume = next(v for v in pod_spec(find(objs, "Deployment", name))["volumes"]
+                      if v["name"] == "admin-token")  # fmt: skip
+        assert volume["secret"] == {
+            "secretName": "raven-admin-token",
+            "defaultMode": 0o440,
+            "items": [{"key": "token", "path": "admin.token"}],
+        }
+    scrape = find(objs, "ScrapeConfig", "raven-edge-9400")
+    (sd,) = scrape["spec"]["httpSDConfigs"]
+    assert sd["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "raven-admin-token", "key": "token"},
+    }

@@ -93,15 +93,24 @@ capabilities:
 {{- end -}}
 
 {{/*
-Init container, non-root: Raven refuses a key file others can read, and a Secret volume's files
-are group-readable (fsGroup); the key is copied to a memory emptyDir, mode 0600, owned by the
-running user. include with (list $ resources).
+Init container, non-root: Raven refuses a key (or admin token) file others can read, and a
+Secret volume's files are group-readable (fsGroup); they are copied to a memory emptyDir, mode
+0600, owned by the running user.
 */}}
 {{- define "raven.keyInitContainer" -}}
 - name: key-permissions
   image: {{ include "raven.image" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
-  command: ["install", "-m", "0600", "/secrets/private.key", "/run/raven/keys/private.key"]
+  command:
+    - install
+    - -m
+    - "0600"
+    - -t
+    - /run/raven/keys
+    - /secrets/private.key
+    {{- if .Values.adminToken.existingSecret }}
+    - /admin-token/admin.token
+    {{- end }}
   securityContext:
     {{- include "raven.securityContext" . | nindent 4 }}
   resources:
@@ -111,8 +120,33 @@ running user. include with (list $ resources).
     - name: key-secret
       mountPath: /secrets
       readOnly: true
+    {{- if .Values.adminToken.existingSecret }}
+    - name: admin-token
+      mountPath: /admin-token
+      readOnly: true
+    {{- end }}
     - name: keys
       mountPath: /run/raven/keys
+{{- end -}}
+
+{{/* The admin token Secret's volume (adminToken.existingSecret), read by the init container. */}}
+{{- define "raven.adminTokenVolume" -}}
+{{- if .Values.adminToken.existingSecret }}
+- name: admin-token
+  secret:
+    secretName: {{ .Values.adminToken.existingSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.adminToken.key }}
+        path: admin.token
+{{- end }}
+{{- end -}}
+
+{{/* Config lines for the admin token. */}}
+{{- define "raven.adminTokenConfig" -}}
+{{- if .Values.adminToken.existingSecret }}
+admin_token_file: /run/raven/keys/admin.token
+{{- end }}
 {{- end -}}
 
 {{/* Volumes for the key copy and /tmp. */}}
