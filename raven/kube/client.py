@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import ssl
 import tempfile
@@ -219,8 +220,6 @@ class KubeClient:
     async def _status_message(self, resp: aiohttp.ClientResponse) -> str:
         body = await resp.content.read(4096)
         try:
-            import json
-
             doc = json.loads(body)
             message = doc.get("message") if isinstance(doc, dict) else None
         except ValueError:
@@ -231,8 +230,6 @@ class KubeClient:
         self, path: str, params: Mapping[str, str] | None = None, timeout_s: float = 60.0
     ) -> object:
         """GET ``path`` and decode its JSON body (at most ``max_body_bytes``)."""
-        import json
-
         async with self._get(path, params or {}, timeout_s) as resp:
             body = bytearray()
             async for chunk in resp.content.iter_any():
