@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +118,15 @@ def test_in_ci_a_skipped_module_fails_the_run(
     result = inner.runpytest("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*RAVEN_REQUIRE_E2E=1 turns every skip into a failure*no data*"])
     assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_no_test_file_sets_its_own_hypothesis_budget() -> None:
+    """Budgets come from the profiles in tests/conftest.py (tests/README.md)."""
+    offenders = [
+        f"{path.relative_to(CONFTEST.parent)}:{number}"
+        for path in sorted(CONFTEST.parent.rglob("*.py"))
+        if path != CONFTEST and path != Path(__file__)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"@settings\b|\bmax_examples\s*=|\bdeadline=None", line)
+    ]
+    assert offenders == []
