@@ -213,6 +213,14 @@ class Procs:
             self.stop(name)
 
 
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM: the process's peak resident memory."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def agent_status(p: Ports) -> Any:
     return http_json(f"http://127.0.0.1:{p.ag_admin}/api/v1/status")
 
@@ -242,6 +250,7 @@ def run(tmp: Path, args: argparse.Namespace, procs: Procs) -> None:
     during = asyncio.run(probe(p.proxy, p.target, args.nodes, args.probe_s))
     wait("an empty buffer", lambda: agent_status(p)["backfill"]["buffered_samples"] == 0, 3600)
     elapsed = time.monotonic() - started
+    rss = {name: peak_rss_mib(procs.procs[name].pid) for name in ("agent", "gateway")}
     sent = agent_metric(p.ag_admin, "raven_agent_backfill_sent_samples_total")
     sent_mib = agent_metric(p.ag_admin, "raven_agent_backfill_sent_bytes_total") / 2**20
     series = f'bench_metric{{i="0",instance="{node(0)}:{p.target}"}}'
@@ -255,6 +264,8 @@ def run(tmp: Path, args: argparse.Namespace, procs: Procs) -> None:
           f" (filled in {prefill_s:.0f} s) |")  # fmt: skip
     print(f"| backfilled, agent start to empty buffer | {sent:,.0f} samples in {elapsed:.1f} s"
           f" = **{sent / elapsed:,.0f} samples/s** ({sent_mib / elapsed:.2f} MiB/s in the tunnel) |")  # fmt: skip
+    print(f"| peak RSS (VmHWM) | agent {rss['agent']:.0f} MiB (restarted with the full buffer),"
+          f" gateway {rss['gateway']:.0f} MiB |")  # fmt: skip
     got = stored[0]["value"][1] if stored else "none"
     print(f"| Prometheus: samples of one series over 3 h | {got} (outage slots:"
           f" {int(args.outage_s / args.interval_s)}, plus the live scrapes) |")  # fmt: skip
