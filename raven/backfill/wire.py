@@ -79,7 +79,7 @@ def _float_in(v: Any) -> float:
         raise WireError("sample value is not a number")
     try:
         return float(v)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond a double
         raise WireError("sample value is not a number") from None
 
 
@@ -177,7 +177,7 @@ def decode_batch(obj: dict[str, Any]) -> Batch:
     buffered: dict[str, float] = {}
     if isinstance(raw_buf, dict):
         buffered = {
-            str(k)[:32]: float(v)
+            str(k)[:32]: _float_in(v)
             for k, v in list(raw_buf.items())[:8]
             if isinstance(v, int | float) and not isinstance(v, bool)
         }

@@ -129,12 +129,6 @@ def test_any_ack_object_decodes_or_refuses(obj: dict[str, Any]) -> None:
     assert decode_ack(unpack(encode_ack(ack)[4:])) == ack
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="known bug: raven/backfill/wire.py calls float() on an unbounded JSON integer "
-    "(sample values, 'buffered'), so OverflowError escapes instead of WireError",
-)
 @pytest.mark.parametrize("where", ["sample value", "buffered"])
 def test_integer_beyond_a_double_is_a_wire_error(where: str) -> None:
     huge = 10**400
