@@ -116,16 +116,25 @@ class Relay:
             self._refuse(stream, StreamCode.PORT_NOT_ALLOWED, f"port {port} not allowed")
             return
         try:
-            reader, writer = await self._connect(name, address, port)
+            (reader, writer), via = await self._connect(name, address, port)
         except (OSError, TimeoutError) as exc:
             self._refuse(stream, *connect_failure(exc, f"{name}:{port}", address))
             return
         stream.accept()
         self.metrics.streams_ok.inc()
         self.active.add(stream)
+
+        def still_served() -> bool:
+            """A kept stream carries later requests: each is checked as its OPEN was."""
+            if self.nodes.get(name) != address or port not in self.allowed_ports:
+                return False
+            return via is None or (self.endpoints is not None
+                                   and via in self.endpoints.candidates(name, port))  # fmt: skip
+
         try:
             watcher = self.request_watcher(name, port) if self.request_watcher else None
-            await self._pump(stream, reader, writer, watcher)
+            await self._pump(stream, reader, writer, watcher=watcher, still_served=still_served,
+                             what=f"{name}:{port}")  # fmt: skip
         finally:
             self.active.discard(stream)
             writer.close()
@@ -136,11 +145,14 @@ class Relay:
         async with asyncio.timeout(self.connect_timeout_s):
             return await asyncio.open_connection(host, port)
 
-    async def _connect(self, name: str, address: str, port: int) -> Connection:
+    async def _connect(
+        self, name: str, address: str, port: int
+    ) -> tuple[Connection, tuple[str, int] | None]:
         """The node's own address first; when nothing listens there (refused), the ready
-        endpoints of a configured Service on that node (:mod:`edge_agent.service_endpoints`)."""
+        endpoints of a configured Service on that node (:mod:`edge_agent.service_endpoints`).
+        Returns the connection and the endpoint it went to (None: the node's own address)."""
         try:
-            return await self._open(address, port)
+            return await self._open(address, port), None
         except ConnectionRefusedError:
             candidates = self.endpoints.candidates(name, port) if self.endpoints else []
             if not candidates:
@@ -159,7 +171,7 @@ class Relay:
                 )
                 continue
             self.metrics.service_endpoints.labels("ok").inc()
-            return conn
+            return conn, (host, target_port)
         raise ConnectionRefusedError(f"{name}:{port} and its service endpoints refused")
 
     async def _pump(
@@ -167,12 +179,17 @@ class Relay:
         stream: TunnelStream,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        watcher: RequestWatcher | None = None,
+        *,
+        watcher: RequestWatcher | None,
+        still_served: Callable[[], bool],
+        what: str,
     ) -> None:
         watching = [watcher] if watcher is not None else []
         to_target_bytes, from_target_bytes = self.metrics.to_target, self.metrics.from_target
 
         def to_target(data: bytes) -> None:
+            if not still_served():  # the node, port or endpoint left the allow-list
+                raise ConnectionAbortedError(f"{what} is no longer served by this agent")
             to_target_bytes.inc(len(data))
             if watching and watching[0].feed(data):
                 watching.clear()

@@ -41,6 +41,8 @@ class Outcome:
     keep_alive: bool
     status: int
     response_bytes: int
+    #: the stream stays open for the client's next request (not ended, not reset)
+    stream_kept: bool = False
 
 
 class CutConnection(Exception):
@@ -79,6 +81,7 @@ class Exchange:
         buf: HeadReader,
         req: RequestHead,
         target: Target,
+        keep_stream: bool = False,
     ) -> None:
         self.ctx = ctx
         self.reader = reader
@@ -89,15 +92,19 @@ class Exchange:
         self.started = False  # a response byte went to the client
         self.status = 0
         self.sent = 0
+        #: asked: keep the stream for the next request; ``reusable``: the response allows it
+        self.keep_stream = keep_stream
+        self.reusable = False
 
     async def run(self, stream: ByteStream, timeout_s: float) -> Outcome:
         """Forward over ``stream``; raises ProxyError (nothing sent yet) or CutConnection."""
-        clean = False
+        clean = kept = False
         try:
             async with asyncio.timeout(timeout_s):
                 await self._send_request(stream)
                 outcome = await self._relay_response(stream)
             clean = True
+            kept = outcome.stream_kept = self.reusable and stream.reusable()
             return outcome
         except TimeoutError:
             detail = f"{self.target.authority} did not answer within {timeout_s:g}s"
@@ -111,7 +118,9 @@ class Exchange:
             error = ProxyError(ErrorKind.CLIENT_GONE, str(exc) or type(exc).__name__)
             raise CutConnection(error, 499, self.sent) from None
         finally:
-            if clean:  # the response is complete: END our side, the peer ends its own
+            if kept:
+                pass  # idle, whole, owned by the client connection for its next request
+            elif clean:  # the response is complete: END our side, the peer ends its own
                 with contextlib.suppress(StreamResetError, OSError):
                     await stream.write_eof()
                 await stream.aclose()
@@ -128,7 +137,7 @@ class Exchange:
 
     async def _send_request(self, stream: ByteStream) -> None:
         req = self.req
-        head = request_head_for_target(req, self.target)
+        head = request_head_for_target(req, self.target, keep_alive=self.keep_stream)
         if req.body is BodyKind.NONE:
             await stream.write(head)
             return
@@ -181,12 +190,23 @@ class Exchange:
         rechunk = rechunk and req.version == (1, 1)
         keep = req.keep_alive and not self.ctx.draining
         keep = keep and (resp.body is not BodyKind.CLOSE or rechunk)
+        # the target's connection (and so the stream) serves another request only when the
+        # target keeps it, the body ends by its framing and nothing came before or after it
+        self.reusable = (
+            self.keep_stream
+            and resp.version == (1, 1)
+            and b"close" not in resp.connection_tokens
+            and resp.body is not BodyKind.CLOSE
+            and not isinstance(stream, _Prefixed)
+        )
         writer = self.writer
         out = [response_head_for_client(resp, req.version, keep_alive=keep, rechunk=rechunk)]
         self.started, self.status, self.sent = True, resp.status, len(out[0])
         while True:
             if data:
                 n = framer.feed(data)
+                if n < len(data):  # bytes past the body: the connection is not reusable
+                    self.reusable = False
                 body = data if n == len(data) else data[:n]
                 out.extend(chunk(body) if rechunk else (body,))
                 self.sent += n
@@ -229,6 +249,9 @@ class _Prefixed:
 
     def reset(self, code: StreamCode, reason: str = "") -> None:
         self._inner.reset(code, reason)
+
+    def reusable(self) -> bool:
+        return False  # bytes past an interim response were consumed: never kept
 
     async def aclose(self) -> None:
         await self._inner.aclose()

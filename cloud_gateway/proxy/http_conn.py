@@ -25,8 +25,13 @@ from cloud_gateway.proxy.heads import BodyKind, HeadReader, RequestHead, parse_r
 from cloud_gateway.proxy.relay import relay
 from cloud_gateway.proxy.target import Mode, Target, resolve_target
 from raven.transport.reset import abort_with_rst
+from raven.transport.stream import ByteStream, StreamResetError
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+#: How a kept stream whose target connection went away while idle fails before any response
+#: byte (the agent's END or a reset): the request, which had no body, is sent again once on a
+#: new stream, as HTTP/1.1 clients do on a reused connection.
+_STALE = frozenset({ErrorKind.TARGET_RESET, ErrorKind.BAD_RESPONSE})
 
 
 class HttpConnection:
@@ -42,16 +47,40 @@ class HttpConnection:
         self.client = peer_host(writer)
         self.buf = HeadReader(ctx.config.max_header_bytes)
         self.loop = asyncio.get_running_loop()
+        #: the stream of the last request, kept for the next one to the same target
+        self.upstream: tuple[tuple[str, int], ByteStream] | None = None
 
     async def run(self) -> None:
         deadline: float | None = self.loop.time() + self.ctx.config.header_timeout_s
-        while True:
-            head = await self._next_head(deadline)
-            if head is None:
-                return
-            if not await self._serve(head):
-                return
-            deadline = None
+        try:
+            while True:
+                head = await self._next_head(deadline)
+                if head is None:
+                    return
+                if not await self._serve(head):
+                    return
+                deadline = None
+        finally:
+            await self._drop_upstream()
+
+    async def _drop_upstream(self) -> None:
+        """End the kept stream cleanly (END; the agent closes its target connection)."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            stream = upstream[1]
+            with contextlib.suppress(StreamResetError, OSError):
+                await stream.write_eof()
+            await stream.aclose()
+
+    async def _kept_stream(self, target: Target) -> ByteStream | None:
+        """The kept stream when it goes to ``target`` and is still whole, else None."""
+        if self.upstream is not None:
+            key, stream = self.upstream
+            if key == (target.node, target.port) and stream.reusable():
+                self.upstream = None
+                return stream
+            await self._drop_upstream()
+        return None
 
     def _fail(self, exc: ProxyError, mode: str, node: str = "", *, close: bool) -> None:
         self.ctx.record_error(exc, mode, self.peer, node)
@@ -151,25 +180,35 @@ class HttpConnection:
         start = time.monotonic()  # full resolution (uvloop's loop.time() is in ms)
         timeout_s = ctx.scrape_timeout(req.header(b"x-prometheus-scrape-timeout-seconds"))
         close_on_error = not req.keep_alive or req.body is not BodyKind.NONE or ctx.draining
-        try:
-            stream = await open_target(ctx, target, timeout_s)
-        except ProxyError as exc:
-            self._fail(exc, target.mode.value, target.node, close=close_on_error)
-            return not close_on_error
-        remaining = timeout_s - (time.monotonic() - start)
-        exchange = Exchange(
-            ctx, reader=self.reader, writer=self.writer, buf=self.buf, req=req, target=target
-        )
-        try:
-            outcome = await exchange.run(stream, remaining)
-        except CutConnection as cut:
-            ctx.record_error(cut.error, target.mode.value, self.peer, target.node, cut.status)
-            ctx.metrics.response_bytes.inc(cut.response_bytes)
-            abort_with_rst(self.writer.transport)
-            return False
-        except ProxyError as exc:
-            self._fail(exc, target.mode.value, target.node, close=True)
-            return False
+        stream = await self._kept_stream(target)
+        reused = stream is not None
+        while True:
+            if stream is None:
+                try:
+                    stream = await open_target(ctx, target, timeout_s)
+                except ProxyError as exc:
+                    self._fail(exc, target.mode.value, target.node, close=close_on_error)
+                    return not close_on_error
+            remaining = timeout_s - (time.monotonic() - start)
+            exchange = Exchange(ctx, reader=self.reader, writer=self.writer, buf=self.buf,
+                                req=req, target=target, keep_stream=not close_on_error)  # fmt: skip
+            try:
+                outcome = await exchange.run(stream, remaining)
+            except CutConnection as cut:
+                ctx.record_error(cut.error, target.mode.value, self.peer, target.node, cut.status)
+                ctx.metrics.response_bytes.inc(cut.response_bytes)
+                abort_with_rst(self.writer.transport)
+                return False
+            except ProxyError as exc:
+                retry = reused and not exchange.started and req.body is BodyKind.NONE
+                if retry and exc.kind in _STALE:
+                    reused, stream = False, None  # the kept connection had gone: once afresh
+                    continue
+                self._fail(exc, target.mode.value, target.node, close=True)
+                return False
+            break
+        if outcome.stream_kept:
+            self.upstream = ((target.node, target.port), stream)
         ctx.metrics.request(target.mode.value, outcome.status)
         ctx.metrics.response_bytes.inc(outcome.response_bytes)
         seconds = time.monotonic() - start

@@ -1,9 +1,9 @@
 """Heads as the proxy forwards them (pure): origin-form to the target, hop-by-hop headers dropped.
 
-The request goes to the target in origin-form with ``Host: <node>:<port>`` and
-``Connection: close`` (a tunnel stream carries one request). Body headers (Content-Length,
-Transfer-Encoding) and end-to-end headers such as Accept-Encoding pass through unchanged, so the
-body bytes are relayed untouched; gzip stays gzip.
+The request goes to the target in origin-form with ``Host: <node>:<port>``, and with
+``Connection: close`` unless the stream is to be kept for the client's next request. Body headers
+(Content-Length, Transfer-Encoding) and end-to-end headers such as Accept-Encoding pass through
+unchanged, so the body bytes are relayed untouched; gzip stays gzip.
 """
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ _RESPONSE_DROP = frozenset(
 )
 
 
-def request_head_for_target(req: RequestHead, target: Target) -> bytes:
-    """The request head sent to the target."""
+def request_head_for_target(req: RequestHead, target: Target, *, keep_alive: bool = False) -> bytes:
+    """The request head sent to the target; ``Connection: close`` unless ``keep_alive`` (the
+    stream, and the agent's connection to the target, stay for the client's next request)."""
     drop = (
         _REQUEST_DROP | (req.connection_tokens - _KEEP) if req.connection_tokens else _REQUEST_DROP
     )
     line = f"{req.method} {target.path} HTTP/1.{req.version[1]}\r\n"
     parts = [line.encode("ascii"), b"Host: %s\r\n" % target.authority.encode("ascii")]
     parts.extend(b"%s: %s\r\n" % (n, v) for n, v in req.headers if n.lower() not in drop)
-    parts.append(b"Connection: close\r\n\r\n")
+    parts.append(b"\r\n" if keep_alive else b"Connection: close\r\n\r\n")
     return b"".join(parts)
 
 

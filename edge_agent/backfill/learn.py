@@ -79,7 +79,10 @@ def parse_request_head(node: str, port: int, head: bytes) -> RequestSeen | None:
 
 
 class RequestSniffer:
-    """Watches the first request head of one relayed stream (bounded), then stops."""
+    """Watches the request heads of one relayed stream (bounded): a kept stream carries one
+    client connection's successive scrapes, each head is looked at. Bytes between heads (a
+    request body, rare for scrapes) are skipped up to the next blank line; a head longer than
+    `MAX_SNIFF_BYTES` ends the watch."""
 
     def __init__(self, node: str, port: int, on_request: Callable[[RequestSeen], None]) -> None:
         self.node = node
@@ -89,18 +92,17 @@ class RequestSniffer:
 
     def feed(self, data: bytes) -> bool:
         """Look at bytes going to the target; True when done (no more bytes needed)."""
-        self._buf += data[: MAX_SNIFF_BYTES - len(self._buf)]
-        end = self._buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self._buf) >= MAX_SNIFF_BYTES:
-                self._buf = b""
-                return True
-            return False
-        seen = parse_request_head(self.node, self.port, self._buf[:end])
-        self._buf = b""
-        if seen is not None:
-            self.on_request(seen)
-        return True
+        buf = self._buf + data if self._buf else data
+        while (end := buf.find(b"\r\n\r\n", 0, MAX_SNIFF_BYTES + 4)) >= 0:
+            seen = parse_request_head(self.node, self.port, buf[:end])
+            if seen is not None:
+                self.on_request(seen)
+            buf = buf[end + 4 :]
+        if len(buf) >= MAX_SNIFF_BYTES + 4:
+            self._buf = b""
+            return True
+        self._buf = bytes(buf)
+        return False
 
 
 @dataclass

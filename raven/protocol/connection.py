@@ -74,6 +74,10 @@ class TunnelConnection:
         return self._role
 
     @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @property
     def handshake_complete(self) -> bool:
         """Keys confirmed (see raven.protocol.lifecycle): HandshakeCompleted was emitted."""
         return self._channel.handshake_complete

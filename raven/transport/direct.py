@@ -147,6 +147,11 @@ class DirectStream:
         if self._proto.lost and self._proto.error is not None:
             raise self._broken()
 
+    def reusable(self) -> bool:
+        proto = self._proto
+        idle = not proto.chunks and not proto.eof and not proto.lost
+        return idle and self._reset is None and not self._eof_written
+
     async def write_eof(self) -> None:
         if self._reset is not None:
             raise self._reset

@@ -79,6 +79,11 @@ class ByteStream(Protocol):
         """Abort both directions now."""
         ...
 
+    def reusable(self) -> bool:
+        """Idle and whole: nothing unread, neither side ended or reset, and the stream's
+        transport has room for more, so it may carry another request (HTTP keep-alive)."""
+        ...
+
     async def aclose(self) -> None:
         """Release the stream (resets it if it did not end cleanly)."""
         ...

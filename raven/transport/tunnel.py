@@ -154,6 +154,15 @@ class TunnelStream:
             view = view[n:]
         await self._tunnel._wait_writable()
 
+    def reusable(self) -> bool:
+        """Idle and whole, on a tunnel neither draining nor more than half full of streams (an
+        idle stream kept for reuse must not crowd out new ones)."""
+        whole = not (self._eof or self._sent_eof or self._closed or self._chunks)
+        if not whole or self._reset is not None or self._linger is not None:
+            return False
+        tunnel = self._tunnel
+        return not tunnel.draining and len(tunnel.streams) * 2 <= tunnel.conn.limits.max_streams
+
     async def write_eof(self) -> None:
         if self._sent_eof or self._closed or self._reset is not None:
             return

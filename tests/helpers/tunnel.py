@@ -36,6 +36,7 @@ class Site:
         self.registry = Registry([auth], self.gw_metrics)
         self.listener = self.make_listener()
         self.links: list[GatewayLink] = []
+        self.relays: list[Relay] = []
         self.echo: asyncio.Server | None = None
 
     def make_listener(self, port: int = 0) -> TunnelListener:
@@ -57,6 +58,7 @@ class Site:
             await self.listener.start()
         assert self.listener.bound is not None
         relay = Relay(nodes, ports, 2.0, CollectorRegistry())
+        self.relays.append(relay)
         settings = DialSettings(
             static_private=(key or self.agent).private,
             gateway_public=self.gw.public,

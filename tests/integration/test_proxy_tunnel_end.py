@@ -30,11 +30,12 @@ def tunnels(site: Site) -> tuple[Tunnel, Tunnel]:
 
 
 async def test_scrapes_end_cleanly_both_ways(site: Site) -> None:
+    """Each request on its own connection with Connection: close: one stream each, ENDed."""
     async with serve_app(target_app()) as port:
         await site.start({NODE: "127.0.0.1"}, [port])
         await wait_for(lambda: site.registry.agents_for(NODE))
         async with running_proxy(site.registry) as (_p, _r, base), aiohttp.ClientSession() as s:
-            host = {"Host": f"{NODE}:{port}"}
+            host = {"Host": f"{NODE}:{port}", "Connection": "close"}
             for _ in range(5):
                 async with s.get(f"{base}/metrics", headers=host) as r:
                     assert r.status == 200 and await r.read() == METRICS
@@ -48,9 +49,78 @@ async def test_scrapes_end_cleanly_both_ways(site: Site) -> None:
             for tunnel in (gateway, agent):
                 stats = tunnel.conn.stats
                 assert stats.streams_reset == {}
+                assert stats.streams_opened == 7
                 assert stats.frames_sent.get("end") == 7
                 assert stats.frames_received.get("end") == 7
                 assert "reset" not in stats.frames_sent
+
+
+async def test_keep_alive_client_reuses_one_stream_and_one_target_connection(site: Site) -> None:
+    """A keep-alive client's scrapes of one target ride one stream, and the agent's one
+    connection to the target: no OPEN, no TCP connect per scrape; the stream ENDs both ways
+    when the client goes."""
+    accepted: list[object] = []
+    async with serve_app(target_app()) as port:
+        await site.start({NODE: "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for(NODE))
+        async with running_proxy(site.registry) as (_p, _r, base):
+            connector = aiohttp.TCPConnector(limit=1)
+            async with aiohttp.ClientSession(connector=connector) as s:
+                host = {"Host": f"{NODE}:{port}"}
+                for _ in range(10):
+                    async with s.get(f"{base}/metrics", headers=host) as r:
+                        assert r.status == 200 and await r.read() == METRICS
+                    accepted.append(r.headers.get("Connection"))
+                async with s.get(f"{base}/chunked", headers=host) as r:
+                    assert (await r.read()).count(b"line ") == 50
+                gateway, agent = tunnels(site)
+                assert len(gateway.streams) == 1 and len(agent.streams) == 1
+            await wait_for(lambda: not gateway.streams and not agent.streams)
+            for tunnel in (gateway, agent):
+                stats = tunnel.conn.stats
+                assert stats.streams_opened == 1
+                assert stats.streams_reset == {}
+                assert stats.frames_sent.get("end") == 1
+                assert stats.frames_received.get("end") == 1
+    assert accepted == [None] * 10  # the client connection stayed keep-alive throughout
+
+
+async def test_kept_stream_whose_target_closed_is_retried_once_afresh(site: Site) -> None:
+    """The target closes a kept connection on the next request without answering (the race
+    of an idle timeout): the gateway sends the request again once on a new stream."""
+    served: list[int] = []
+    unanswered: list[int] = []
+
+    async def once_per_connection(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            await r.readuntil(b"\r\n\r\n")
+            served.append(1)
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+            await r.readuntil(b"\r\n\r\n")  # the next request: closed without an answer
+            unanswered.append(1)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            w.close()
+
+    server = await asyncio.start_server(once_per_connection, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    try:
+        await site.start({NODE: "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for(NODE))
+        async with running_proxy(site.registry) as (proxy, _r, _base):
+            reader, writer = await asyncio.open_connection(*proxy.http_address)
+            request = f"GET /m HTTP/1.1\r\nHost: {NODE}:{port}\r\n\r\n".encode()
+            for _ in range(3):
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200 ") and await reader.readexactly(3) == b"ok\n"
+            writer.close()
+        assert len(served) == 3  # three target connections, each answering once
+        assert len(unanswered) == 2  # requests 2 and 3 went first to the kept connection
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_client_gone_mid_response_still_resets(site: Site) -> None:
@@ -95,3 +165,27 @@ async def test_peer_that_never_ends_is_reset_after_the_linger(
             w.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_kept_stream_is_checked_again_for_each_request(site: Site) -> None:
+    """A node leaving the agent's table ends what a kept stream may carry: the next request
+    on it is refused as a new stream would be (the allow-list holds per request)."""
+    async with serve_app(target_app()) as port:
+        await site.start({NODE: "127.0.0.1", "edge-end-2": "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for(NODE))
+        async with running_proxy(site.registry) as (proxy, _r, _base):
+            reader, writer = await asyncio.open_connection(*proxy.http_address)
+            request = f"GET /metrics HTTP/1.1\r\nHost: {NODE}:{port}\r\n\r\n".encode()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 ")
+            assert await reader.readexactly(len(METRICS)) == METRICS
+            gateway, agent = tunnels(site)
+            assert len(gateway.streams) == 1  # kept for the next request
+            (relay,) = site.relays
+            relay.set_nodes({"edge-end-2": "127.0.0.1"})
+            writer.write(request)
+            refused = await reader.readuntil(b"\r\n\r\n")
+            assert refused.startswith(b"HTTP/1.1 404 ")
+            writer.close()
+            assert agent.conn.stats.streams_reset == {"target_reset": 1}

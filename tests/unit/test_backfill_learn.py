@@ -43,8 +43,17 @@ def test_sniffer_fed_one_byte_at_a_time() -> None:
     got: list[RequestSeen] = []
     sniffer = RequestSniffer("edge-gpu-1", 9400, got.append)
     done = [sniffer.feed(HEAD[i : i + 1]) for i in range(len(HEAD))]
-    assert done[-1] and not any(done[:-1])
+    assert not any(done)  # it keeps watching: a kept stream carries the next scrape too
     assert [g.path for g in got] == ["/metrics?x=1"]
+
+
+def test_sniffer_sees_every_request_of_a_kept_stream() -> None:
+    got: list[RequestSeen] = []
+    sniffer = RequestSniffer("edge-gpu-1", 9400, got.append)
+    second = b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert not sniffer.feed(HEAD + second[:10])
+    assert not sniffer.feed(second[10:] + HEAD)
+    assert [g.path for g in got] == ["/metrics?x=1", "/other", "/metrics?x=1"]
 
 
 def test_sniffer_gives_up_on_huge_heads() -> None:
