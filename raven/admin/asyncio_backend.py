@@ -49,7 +49,10 @@ def parse_head(head: bytes, remote: str) -> tuple[AdminRequest, bool]:
         headers.setdefault(name.lower(), value.strip())
     if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
         raise BadRequest(413)
-    url = urlsplit(target)
+    try:
+        url = urlsplit(target)  # "//[x" is an invalid IPv6 authority: ValueError
+    except ValueError:
+        raise BadRequest(400) from None
     query: dict[str, str] = {}
     for key, value in parse_qsl(url.query, keep_blank_values=True):
         query.setdefault(key, value)  # the first of repeated parameters
