@@ -53,19 +53,24 @@ def test_any_request_head_is_a_scrape_or_none(head: bytes) -> None:
 
 
 @given(
-    st.one_of(st.binary(max_size=300), _HEADISH, _SCRAPEISH.map(lambda h: h + b"\r\n")),
+    st.lists(
+        st.one_of(st.binary(max_size=100), _HEADISH, _SCRAPEISH.map(lambda h: h + b"\r\n")),
+        max_size=4,
+    ).map(b"".join),
     st.integers(1, 64),
 )
-def test_the_sniffer_sees_at_most_one_request_in_any_chunks(data: bytes, step: int) -> None:
-    seen: list[RequestSeen] = []
-    sniffer = RequestSniffer("edge-gpu-1", 9400, seen.append)
-    done = False
-    for i in range(0, len(data), step):
-        if sniffer.feed(data[i : i + step]):
-            done = True
-            break
-    assert len(seen) <= 1
-    assert done or not seen
+def test_the_sniffer_sees_the_same_requests_in_any_chunks(data: bytes, step: int) -> None:
+    def sniff(chunks: list[bytes]) -> list[RequestSeen]:
+        seen: list[RequestSeen] = []
+        sniffer = RequestSniffer("edge-gpu-1", 9400, seen.append)
+        for chunk in chunks:
+            if sniffer.feed(chunk):
+                break
+        return seen
+
+    at_once = sniff([data])
+    assert sniff([data[i : i + step] for i in range(0, len(data), step)]) == at_once
+    assert len(at_once) <= data.count(b"\r\n\r\n")
 
 
 _COUNTER_TOKENS = st.sampled_from(
