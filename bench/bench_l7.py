@@ -4,6 +4,7 @@ Paths compared (each middle box its own process, so CPU is measured per box from
 
     direct:   wrk -> target (nginx serving a static 100 KB Prometheus text page)
     nginx:    wrk -> nginx reverse proxy (proxy_pass, defaults) -> target      (the reference)
+    nginx-ka: the same with upstream keep-alive (as Raven's agent since issue 12)
     gateway:  wrk -> raven ProxyServer over DirectOpener (DNS mode) -> target
     tunnel:   wrk -> `raven gateway` proxy ==tunnel==> `raven agent` -> target  (full path)
 
@@ -36,7 +37,7 @@ from tests.helpers import free_port  # noqa: E402
 
 NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
-ALL_PATHS = ("direct", "nginx", "gateway", "tunnel")
+ALL_PATHS = ("direct", "nginx", "nginx-ka", "gateway", "tunnel")
 
 
 def metrics_page() -> bytes:
@@ -102,6 +103,7 @@ http {{
     uwsgi_temp_path {dir}/ut-{name};
     scgi_temp_path {dir}/st-{name};
     keepalive_requests 1000000;
+    {upstream}
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         {body}
@@ -111,16 +113,26 @@ http {{
 
 
 #: The reference hop: stock proxy_pass, buffers big enough that a 100 KB page never goes to a
-#: temp file, and like the agent a fresh upstream connection per request (no upstream keepalive).
+#: temp file, and a fresh upstream connection per request (no upstream keepalive).
 NGINX_PROXY = (
     "location / {{ proxy_pass http://127.0.0.1:{port}; "
     "proxy_buffer_size 16k; proxy_buffers 16 16k; proxy_busy_buffers_size 32k; }}"
 )
+#: The same hop keeping its upstream connections (the agent keeps its target connections for a
+#: keep-alive client since issue 12).
+NGINX_PROXY_KA = (
+    "location / { proxy_pass http://ka; proxy_http_version 1.1; "
+    'proxy_set_header Connection ""; '
+    "proxy_buffer_size 16k; proxy_buffers 16 16k; proxy_busy_buffers_size 32k; }"
+)
+NGINX_UPSTREAM_KA = "upstream ka {{ server 127.0.0.1:{port}; keepalive 64; }}"
 
 
-def start_nginx(tmp: Path, name: str, port: int, body: str) -> subprocess.Popen[bytes]:
+def start_nginx(
+    tmp: Path, name: str, port: int, body: str, upstream: str = ""
+) -> subprocess.Popen[bytes]:
     conf = tmp / f"nginx-{name}.conf"
-    conf.write_text(NGINX_CONF.format(dir=tmp, name=name, port=port, body=body))
+    conf.write_text(NGINX_CONF.format(dir=tmp, name=name, port=port, body=body, upstream=upstream))
     proc = subprocess.Popen(["nginx", "-p", str(tmp), "-c", str(conf), "-e", "stderr"])
     wait_port(port)
     return proc
@@ -262,22 +274,27 @@ def measure(
 # ---------------------------------------------------------------- main
 
 
+def _ratio(r: Result, ref: dict[int, Result]) -> str:
+    return f"{r.rps / ref[r.conns].rps:.2f}" if r.conns in ref and ref[r.conns].rps else "-"
+
+
 def markdown(results: list[Result]) -> str:
     ref = {r.conns: r for r in results if r.path == "nginx"}
+    ref_ka = {r.conns: r for r in results if r.path == "nginx-ka"}
     base = {r.conns: r for r in results if r.path == "direct"}
     rows = [
         "| path | conns | req/s | p50 ms | p99 ms | middle CPU, cores (gateway + agent) "
-        "| ratio to nginx | added p50 ms | errors |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| CPU µs per request | ratio to nginx | ratio to nginx-ka | added p50 ms | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        ratio = f"{r.rps / ref[r.conns].rps:.2f}" if r.conns in ref and ref[r.conns].rps else "-"
         added = f"{r.p50_ms - base[r.conns].p50_ms:.2f}" if r.conns in base else "-"
         cpu = "-" if r.cpu_cores != r.cpu_cores else f"{r.cpu_cores:.2f}"
         cpu += f" ({r.cpu_split})" if r.cpu_split else ""
+        per = f"{r.cpu_cores / r.rps * 1e6:,.0f}" if r.rps and r.cpu_cores == r.cpu_cores else "-"
         rows.append(
             f"| {r.path} | {r.conns} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | {cpu} "
-            f"| {ratio} | {added} | {r.errors} |"
+            f"| {per} | {_ratio(r, ref)} | {_ratio(r, ref_ka)} | {added} | {r.errors} |"
         )
     return "\n".join(rows)
 
@@ -335,6 +352,12 @@ def main() -> int:
                     None,
                     [proxy.pid],
                 )
+            if "nginx-ka" in paths:
+                port = free_port()
+                proxy = start_nginx(tmp, "proxy-ka", port, NGINX_PROXY_KA,
+                                    NGINX_UPSTREAM_KA.format(port=target_port))  # fmt: skip
+                procs.append(proxy)
+                setups["nginx-ka"] = (f"http://127.0.0.1:{port}/metrics", None, [proxy.pid])
             if "gateway" in paths:
                 port = free_port()
                 gw = subprocess.Popen(
