@@ -32,6 +32,9 @@ _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 #: byte (the agent's END or a reset): the request, which had no body, is sent again once on a
 #: new stream, as HTTP/1.1 clients do on a reused connection.
 _STALE = frozenset({ErrorKind.TARGET_RESET, ErrorKind.BAD_RESPONSE})
+#: After an error answer that closes the connection, what the client still sends is read
+#: and dropped this long before the socket closes (see _lingering_close).
+LINGER_S = 1.0
 
 
 class HttpConnection:
@@ -49,19 +52,34 @@ class HttpConnection:
         self.loop = asyncio.get_running_loop()
         #: the stream of the last request, kept for the next one to the same target
         self.upstream: tuple[tuple[str, int], ByteStream] | None = None
+        self._linger = False
 
     async def run(self) -> None:
         deadline: float | None = self.loop.time() + self.ctx.config.header_timeout_s
         try:
             while True:
                 head = await self._next_head(deadline)
-                if head is None:
-                    return
-                if not await self._serve(head):
-                    return
+                if head is None or not await self._serve(head):
+                    break
                 deadline = None
         finally:
             await self._drop_upstream()
+        if self._linger:
+            await self._lingering_close()
+
+    async def _lingering_close(self) -> None:
+        """After an error answer on a connection the client may still be writing to: FIN
+        first, then drop what it still sends for at most LINGER_S, so that closing never
+        becomes an RST that destroys the answer in the client's receive queue (nginx's
+        lingering close)."""
+        writer = self.writer
+        if writer.is_closing() or not writer.can_write_eof():
+            return
+        with contextlib.suppress(OSError, TimeoutError):
+            writer.write_eof()
+            async with asyncio.timeout(LINGER_S):
+                while await self.reader.read(READ_BYTES):
+                    pass
 
     async def _drop_upstream(self) -> None:
         """End the kept stream cleanly (END; the agent closes its target connection)."""
@@ -86,6 +104,7 @@ class HttpConnection:
         self.ctx.record_error(exc, mode, self.peer, node)
         if not self.writer.is_closing():
             self.writer.write(error_response(exc.kind, exc.detail, close=close))
+            self._linger = self._linger or close
 
     async def _next_head(self, deadline: float | None) -> bytes | None:
         """The next request head, or None when the connection should close."""
