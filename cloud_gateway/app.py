@@ -172,9 +172,10 @@ class GatewayApp:
         scrapes = self.proxy.scrapes if self.proxy is not None else ScrapeLog()
         doc = gateway_status(self.registry, scrapes, started_at=self.started_at, version=version())
         if self.backfill is not None:  # per site: what its agent backfilled (docs/backfill.md)
+            now = self.backfill.clock()
             for row in doc["agents"]:
                 status = self.backfill.status.get(row.get("site"))
-                row["backfill"] = status.to_json() if status is not None else None
+                row["backfill"] = status.to_json(now) if status is not None else None
         return AdminResponse.json(doc)
 
     def _status_page(self, _request: AdminRequest) -> AdminResponse:
@@ -183,9 +184,10 @@ class GatewayApp:
     def _api_agents(self, _request: AdminRequest) -> AdminResponse:
         body = self.registry.agents_json()
         if self.backfill is not None:
+            now = self.backfill.clock()
             for agent in body["agents"]:  # type: ignore[attr-defined]
                 status = self.backfill.status.get(agent["agent"])
-                agent["backfill"] = status.to_json() if status is not None else None
+                agent["backfill"] = status.to_json(now) if status is not None else None
         return AdminResponse.json(body)
 
     # ------------------------------------------------------------ backfill

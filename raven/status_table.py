@@ -94,6 +94,27 @@ def errors_table(errors: list[dict[str, Any]]) -> str:
     return table(["REASON", "COUNT", "LAST", "NODE", "DETAIL"], rows, right={1})
 
 
+def backfill_table(agents: list[dict[str, Any]]) -> str:
+    """One line per site whose agent has backfilled through this gateway (docs/backfill.md)."""
+    rows = []
+    for a in agents:
+        b = a.get("backfill")
+        if not b:
+            continue
+        buffered = b["agent_buffered_samples"]
+        rows.append([
+            a["site"], "-" if buffered is None else str(int(buffered)),
+            "-" if b["agent_buffered_bytes"] is None else fmt_bytes(int(b["agent_buffered_bytes"])),
+            fmt_age(b["oldest_buffered_age_seconds"]), str(b["samples_written"]),
+            str(sum(b["samples_dropped"].values())),
+            f"{fmt_age(b['last_batch_age_seconds'])} ago" if b["last_batch"] else "never",
+            (b["last_error"] or "")[:60],
+        ])  # fmt: skip
+    headers = ["SITE", "BUFFERED", "BUFFERED BYTES", "OLDEST", "WRITTEN", "DROPPED",
+               "LAST BATCH", "LAST ERROR"]  # fmt: skip
+    return table(headers, rows, right={1, 2, 3, 4, 5}) if rows else ""
+
+
 def render_status(data: dict[str, Any]) -> str:
     """Agents, nodes and errors, each as a table with a one-line heading."""
     gw = data.get("gateway", {})
@@ -109,4 +130,7 @@ def render_status(data: dict[str, Any]) -> str:
         "\n",
         errors_table(errors) if errors else "no errors\n",
     ]
+    backfill = backfill_table(agents)
+    if backfill:
+        out += ["\nbackfill (samples an agent stored while its tunnel was down)\n", backfill]
     return "".join(out)

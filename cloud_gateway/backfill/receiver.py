@@ -86,7 +86,8 @@ class AgentBackfillStatus:
     last_error: str = ""
     buffered: dict[str, float] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, now: float) -> dict[str, Any]:
+        oldest_ms = self.buffered.get("oldest_ts_ms")
         return {
             "batches": self.batches,
             "samples_written": self.samples_written,
@@ -95,7 +96,12 @@ class AgentBackfillStatus:
             "last_error": self.last_error,
             "agent_buffered_samples": self.buffered.get("samples"),
             "agent_buffered_bytes": self.buffered.get("bytes"),
-            "agent_oldest_buffered_ms": self.buffered.get("oldest_ts_ms"),
+            "agent_oldest_buffered_ms": oldest_ms,
+            # ages for the status table and page, so that they need no clock of their own
+            "last_batch_age_seconds": (None if self.last_batch is None else now - self.last_batch),
+            "oldest_buffered_age_seconds": (
+                None if not oldest_ms else max(0.0, now - oldest_ms / 1000)
+            ),
         }
 
 

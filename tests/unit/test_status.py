@@ -83,3 +83,36 @@ def test_a_node_of_a_down_site_names_the_site() -> None:
     orphan = {**node, "site": None}
     text = render_status({"gateway": {}, "agents": [], "nodes": [orphan], "errors": []})
     assert "site-b-gpu-1  (no agent)  never" in text
+
+
+def test_backfill_line_per_site() -> None:
+    from raven.status_table import backfill_table
+
+    backfill = {"batches": 3, "samples_written": 1200,
+                "samples_dropped": {"too_old": 2, "not_served": 1}, "last_batch": 1000.0,
+                "last_error": "", "agent_buffered_samples": 40.0,
+                "agent_buffered_bytes": 4096.0, "agent_oldest_buffered_ms": 990_000,
+                "last_batch_age_seconds": 2.0, "oldest_buffered_age_seconds": 12.0}  # fmt: skip
+    agents = [{"site": "site-a", "backfill": backfill}, {"site": "site-b", "backfill": None}]
+    lines = backfill_table(agents).splitlines()
+    assert lines[0].split()[:2] == ["SITE", "BUFFERED"]
+    assert len(lines) == 2  # site-b never backfilled: no line
+    assert lines[1].split() == ["site-a", "40", "4.0", "KiB", "12.0s", "1200", "3", "2.0s", "ago"]
+    assert backfill_table([{"site": "site-b", "backfill": None}]) == ""
+    agent = {"state": "up", "agent_key": "AbCdEf12", "address": None, "rtt_seconds": None,
+             "uptime_seconds": None, "bytes_sent": 0, "bytes_received": 0, "open_streams": 0,
+             "nodes": 0, **agents[0]}  # fmt: skip
+    data = {"gateway": {}, "agents": [agent], "nodes": [], "errors": []}
+    assert "backfill (samples an agent stored" in render_status(data)
+
+
+def test_backfill_status_ages_come_from_the_gateway_clock() -> None:
+    from cloud_gateway.backfill.receiver import AgentBackfillStatus
+
+    st = AgentBackfillStatus(
+        last_batch=100.0, buffered={"samples": 5, "bytes": 80, "oldest_ts_ms": 40_000}
+    )
+    doc = st.to_json(now=130.0)
+    assert doc["last_batch_age_seconds"] == 30.0
+    assert doc["oldest_buffered_age_seconds"] == 90.0
+    assert AgentBackfillStatus().to_json(now=5.0)["oldest_buffered_age_seconds"] is None
