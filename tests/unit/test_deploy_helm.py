@@ -119,8 +119,53 @@ def with_admin_token() -> dict[str, Any]:
     return values
 
 
+def with_backfill() -> dict[str, Any]:
+    """Backfill on, jobs from the ScrapeConfig's ports, a buffer PersistentVolumeClaim per site."""
+    values = kube_prometheus_stack()
+    values["gateway"]["backfill"] = {"enabled": True, "outOfOrderWindowSeconds": 7200}
+    values["agent"]["backfill"] = {
+        "enabled": True,
+        "maxAgeSeconds": 7200,
+        "extraConfig": {
+            "send_bytes_per_s": 1000000,
+            "targets": [{"node": "site-a-gpu-1", "port": 9400}],
+        },
+        "persistence": {"storageClass": "local-path", "size": "3Gi", "annotations": {"a": "b"}},
+    }  # fmt: skip
+    return values
+
+
+def with_backfill_l3_emptydir() -> dict[str, Any]:
+    """Backfill with explicit jobs (DNS mode, no ScrapeConfig), the buffer in an emptyDir, L3."""
+    values = two_sites(l3=True)
+    values["gateway"]["backfill"] = {
+        "enabled": True,
+        "remoteWriteUrl": "https://prometheus.example.com/api/v1/write",
+        "jobs": [
+            {"port": 9400, "job": "dcgm", "instance": "{node}", "honorLabels": True,
+             "labels": {"cluster": "edge"}},
+            {"port": 9100, "job": "node", "discoveryLabels": False},
+        ],
+    }  # fmt: skip
+    values["agent"]["backfill"] = {"enabled": True, "persistence": {"enabled": False}}
+    return values
+
+
+def documented_backfill_values() -> dict[str, Any]:
+    """The ``values-kps.yaml`` block of docs/kubernetes.md with its ``backfill`` block."""
+    values = documented_values()
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    block = text.split("<!-- values: backfill -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    for key, part in yaml.safe_load(block).items():
+        values[key] = values.get(key, {}) | part
+    return values
+
+
 VARIANTS: dict[str, Callable[[], dict[str, Any]]] = {
     "docs-kubernetes-md": documented_values,
+    "docs-backfill": documented_backfill_values,
+    "backfill-pvc": with_backfill,
+    "backfill-emptydir-l3": with_backfill_l3_emptydir,
     "no-sites": base_values,
     "two-sites-numeric-name": two_sites,
     "two-sites-l3": lambda: two_sites(l3=True),

@@ -168,3 +168,63 @@ admin_token_file: /run/raven/keys/admin.token
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/* Backfill (docs/backfill.md) ------------------------------------------------------------ */}}
+
+{{/* Where the agent's buffer volume is mounted: the agent config's backfill.dir. */}}
+{{- define "raven.bufferDir" -}}
+/var/lib/raven
+{{- end -}}
+
+{{/* The agent config's backfill section: the chart's values, agent.backfill.extraConfig
+(snake_case config fields) over them, and the buffer's directory where the chart mounts its
+volume. toYaml keeps large integers integers. */}}
+{{- define "raven.agentBackfillConfig" -}}
+{{- $bf := .Values.agent.backfill -}}
+{{- $cfg := dict "max_bytes" ($bf.maxBytes | int64) "max_age_s" $bf.maxAgeSeconds "synchronous" $bf.synchronous -}}
+{{- $cfg = mergeOverwrite $cfg (deepCopy ($bf.extraConfig | default dict)) -}}
+{{- $_ := set $cfg "enabled" true -}}
+{{- $_ = set $cfg "dir" (include "raven.bufferDir" .) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The gateway config's backfill section. Jobs: gateway.backfill.jobs, else one per
+scrapeConfig.ports with the job name the chart's ScrapeConfig gives it (raven-edge-<port>) and
+its http_sd target labels. */}}
+{{- define "raven.gatewayBackfillConfig" -}}
+{{- $bf := .Values.gateway.backfill -}}
+{{- $jobs := list -}}
+{{- if $bf.jobs -}}
+{{- range $bf.jobs -}}
+{{- $job := dict "port" (.port | int) "job" .job -}}
+{{- if .instance }}{{ $_ := set $job "instance" .instance }}{{ end -}}
+{{- if hasKey . "honorLabels" }}{{ $_ := set $job "honor_labels" .honorLabels }}{{ end -}}
+{{- if hasKey . "discoveryLabels" }}{{ $_ := set $job "discovery_labels" .discoveryLabels }}{{ end -}}
+{{- if .labels }}{{ $_ := set $job "labels" .labels }}{{ end -}}
+{{- $jobs = append $jobs $job -}}
+{{- end -}}
+{{- else if .Values.scrapeConfig.enabled -}}
+{{- range .Values.scrapeConfig.ports -}}
+{{- $jobs = append $jobs (dict "port" (. | int) "job" (printf "raven-edge-%d" (. | int)) "discovery_labels" true) -}}
+{{- end -}}
+{{- else -}}
+{{- fail "gateway.backfill.enabled needs gateway.backfill.jobs (the Prometheus job of each edge port), or scrapeConfig.enabled (one job per scrapeConfig.ports)" -}}
+{{- end -}}
+{{- $cfg := dict "enabled" true "remote_write_url" $bf.remoteWriteUrl "out_of_order_window_s" $bf.outOfOrderWindowSeconds "max_clock_skew_s" $bf.maxClockSkewSeconds "timeout_s" $bf.timeoutSeconds "jobs" $jobs -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The spec of an agent's buffer PersistentVolumeClaim (agent.backfill.persistence). */}}
+{{- define "raven.bufferClaimSpec" -}}
+{{- $p := .Values.agent.backfill.persistence -}}
+accessModes:
+  {{- toYaml $p.accessModes | nindent 2 }}
+{{- if eq $p.storageClass "-" }}
+storageClassName: ""
+{{- else if $p.storageClass }}
+storageClassName: {{ $p.storageClass | quote }}
+{{- end }}
+resources:
+  requests:
+    storage: {{ $p.size }}
+{{- end -}}
