@@ -22,15 +22,13 @@ from collections.abc import Iterable
 from raven.protocol.budget import ControlBudget
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES
-from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.errors import LocalProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
     DatagramReceived,
     Event,
     GoAwayReceived,
     PongReceived,
-    RegistrationAnswered,
-    RegistrationReceived,
     StreamAccepted,
     StreamClosed,
     StreamDataReceived,
@@ -42,7 +40,6 @@ from raven.protocol.events import (
 )
 from raven.protocol.frame_fields import clean_reason
 from raven.protocol.frames import (
-    MAX_STREAM_ID,
     CloseFrame,
     CreditFrame,
     DataFrame,
@@ -62,9 +59,12 @@ from raven.protocol.frames import (
     encode_register_result,
     parse_frames,
 )
+from raven.protocol.keepalive import Keepalive
 from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, next_tunnel_state
 from raven.protocol.limits import Limits
+from raven.protocol.registration import RegistrationAssembler
 from raven.protocol.scheduler import Scheduler, TunnelStats
+from raven.protocol.stream_table import StreamTable
 from raven.protocol.streams import (
     RECEIVING_STATES,
     SENDING_STATES,
@@ -78,11 +78,6 @@ __all__ = ["Multiplexer", "TunnelStats"]
 #: Control bytes the peer may make us queue (PONGs, refusals, registration answers)
 #: before it must read them; beyond it the tunnel is closed (LIMIT_EXCEEDED).
 MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
-#: Smallest receive window a stream is given when the tunnel's windows are nearly all
-#: committed; every stream up to ``max_streams`` is guaranteed at least this much.
-MIN_STREAM_WINDOW_BYTES = 16 * 1024
-#: PINGs awaiting their PONG that we remember (for RTT).
-_MAX_PINGS_IN_FLIGHT = 4
 
 _I = StreamInput
 
@@ -97,27 +92,19 @@ class Multiplexer:
     def __init__(self, *, initiator: bool, limits: Limits, now: float) -> None:
         self._limits = limits
         self._initiator = initiator
-        self._streams: dict[int, Stream] = {}
-        self._next_local_id = 1 if initiator else 2
-        self._last_peer_id = 0
+        self._table = StreamTable(initiator=initiator, limits=limits)
         self.stats = TunnelStats()
         self._out = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
         self._chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events: deque[Event] = deque()
-        self._buffered = 0
-        #: receive windows of the live streams, summed: the most the peer can make us
-        #: buffer (held under max_tunnel_buffered_bytes, for streams either side opened)
-        self._reserved = 0
         #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
         self._state = TunnelState.HANDSHAKING
         self._drain_deadline: float | None = None
-        self._last_received = now
-        self._next_ping = now + limits.keepalive_interval_s
-        self._pings: dict[bytes, float] = {}
-        self._ping_counter = 0
-        self._rtt_s: float | None = None
-        self._reg: tuple[list[str], list[str], list[tuple[str, str]]] = ([], [], [])
+        self._keepalive = Keepalive(limits, now)
+        self._registration = RegistrationAssembler(
+            initiator=initiator, max_entries=limits.max_registration_entries
+        )
         self._budget = ControlBudget(limits, now)
 
     # ------------------------------------------------------------------ properties
@@ -142,23 +129,23 @@ class Multiplexer:
     @property
     def rtt_s(self) -> float | None:
         """Latest PING/PONG round-trip time, None before the first PONG."""
-        return self._rtt_s
+        return self._keepalive.rtt_s
 
     @property
     def open_streams(self) -> int:
-        return len(self._streams)
+        return len(self._table)
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes received on streams and not yet consumed by the application."""
-        return self._buffered
+        return self._table.buffered
 
     @property
     def has_output(self) -> bool:
         return self._out.has_output
 
     def stream_state(self, stream_id: int) -> StreamState | None:
-        stream = self._streams.get(stream_id)
+        stream = self._table.get(stream_id)
         return None if stream is None else stream.state
 
     def next_event(self) -> Event | None:
@@ -170,26 +157,19 @@ class Multiplexer:
 
     # ------------------------------------------------------------------ streams: our calls
 
-    def _stream(self, stream_id: int) -> Stream:
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            raise LocalProtocolError(f"no stream {stream_id}")
-        return stream
-
     def open_stream(self, node: str, port: int) -> int:
         """Ask the peer for a stream to ``node``:``port``; StreamAccepted or
         StreamRefused follows (StreamRefused BUSY at once when max_streams is reached)."""
         self._move(TunnelInput.SEND_OPEN_STREAM)
-        stream_id = self._next_local_id
-        if stream_id > MAX_STREAM_ID:
-            raise LocalProtocolError("stream ids exhausted on this tunnel")
+        table = self._table
+        stream_id = table.next_local_id()
         open_frame = encode_frame(OpenFrame(stream_id, node, port))  # validates node/port
-        self._next_local_id += 2
-        window, busy = self._window_for_new_stream()
+        table.take_local_id()
+        window, busy = table.window_for_new_stream()
         if busy:
             self._events.append(StreamRefused(stream_id, StreamCode.BUSY, busy))
             return stream_id
-        stream = self._new_stream(stream_id, window)
+        stream = table.add(stream_id, window)
         stream.apply(_I.SEND_OPEN)
         self._queue_control(open_frame)
         self._grant_window(stream)
@@ -197,7 +177,7 @@ class Multiplexer:
         return stream_id
 
     def accept_stream(self, stream_id: int) -> None:
-        stream = self._stream(stream_id)
+        stream = self._table.local(stream_id)
         stream.apply(_I.SEND_ACCEPT)
         self._queue_control(encode_frame(OpenResultFrame(stream_id, StreamCode.OK)))
         self._grant_window(stream)
@@ -206,47 +186,47 @@ class Multiplexer:
     def refuse_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
         if code is StreamCode.OK:
             raise LocalProtocolError("refuse_stream needs a code other than OK")
-        stream = self._stream(stream_id)
+        stream = self._table.local(stream_id)
         stream.apply(_I.SEND_REFUSE)
-        self._forget(stream)
+        self._table.forget(stream)
         self._queue_peer_induced([encode_frame(OpenResultFrame(stream_id, code, reason))])
 
     def send_capacity(self, stream_id: int) -> int:
         """Bytes ``send_stream_data`` accepts now (0 for an unknown or finished stream)."""
-        stream = self._streams.get(stream_id)
+        stream = self._table.get(stream_id)
         if stream is None or stream.state not in SENDING_STATES:
             return 0
         return stream.send_credit
 
     def send_stream_data(self, stream_id: int, data: bytes | bytearray | memoryview) -> None:
-        stream = self._stream(stream_id)
+        stream = self._table.local(stream_id)
         stream.apply(_I.SEND_DATA)
         if not data:
             return
         stream.enqueue(data)
-        self._schedule(stream)
+        self._out.schedule(stream)
 
     def end_stream(self, stream_id: int) -> None:
         """Half-close: END goes out after the data already queued."""
-        stream = self._stream(stream_id)
+        stream = self._table.local(stream_id)
         stream.apply(_I.SEND_END)
         stream.end_pending = True
-        self._schedule(stream)
+        self._out.schedule(stream)
 
     def reset_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
         """Abort a stream; a no-op for a stream that is already gone (races with the peer)."""
-        stream = self._streams.get(stream_id)
+        stream = self._table.get(stream_id)
         if stream is None or self.closed:
             return
         self._send_reset(stream, code, reason)
 
     def consume_stream_data(self, stream_id: int, size: int) -> None:
         """The application read ``size`` bytes of the stream: credit may flow back."""
-        stream = self._streams.get(stream_id)
+        stream = self._table.get(stream_id)
         if stream is None:
             return  # reset or closed meanwhile; its bytes were already released
         increment = stream.on_consumed(size, self._limits.credit_update_ratio)
-        self._buffered -= size
+        self._table.buffered -= size
         if increment and stream.state in RECEIVING_STATES and not self.closed:
             stream.apply(_I.SEND_CREDIT)
             self._queue_control(encode_frame(CreditFrame(stream_id, increment)))
@@ -259,62 +239,22 @@ class Multiplexer:
         stream.apply(_I.SEND_RESET)
         stream.discard_queue()
         self._queue_control(encode_frame(ResetFrame(stream.stream_id, code, reason)))
-        self._count_reset(code)
-        self._forget(stream)
-
-    def _count_reset(self, code: StreamCode) -> None:
-        resets = self.stats.streams_reset
-        resets[code.label] = resets.get(code.label, 0) + 1
-
-    def _window_for_new_stream(self) -> tuple[int, str]:
-        """(receive window, "") for a new stream, or (0, reason) when it must be refused.
-        Windows shrink as the tunnel's total nears max_tunnel_buffered_bytes, keeping
-        MIN_STREAM_WINDOW_BYTES for each stream still allowed under max_streams."""
-        limits = self._limits
-        others = limits.max_streams - len(self._streams) - 1
-        if others < 0:
-            return 0, "too many streams"
-        floor = min(MIN_STREAM_WINDOW_BYTES, limits.stream_window_bytes)
-        room = limits.max_tunnel_buffered_bytes - self._reserved - others * floor
-        window = min(limits.stream_window_bytes, room)
-        if window < floor:
-            return 0, "too much data buffered on the tunnel"
-        return window, ""
-
-    def _new_stream(self, stream_id: int, window: int) -> Stream:
-        stream = Stream(stream_id, window)
-        self._streams[stream_id] = stream
-        self._reserved += window
-        return stream
-
-    def _forget(self, stream: Stream) -> None:
-        if self._streams.pop(stream.stream_id, None) is not None:
-            self._buffered -= stream.buffered
-            self._reserved -= stream.window
-            stream.buffered = 0
-
-    def _schedule(self, stream: Stream) -> None:
-        self._out.schedule(stream)
+        self.stats.count_reset(code.label)
+        self._table.forget(stream)
 
     # ------------------------------------------------------------------ datagrams, registration
 
     def send_datagram(self, data: bytes) -> bool:
         """Queue one L3 packet; False (dropped, counted) when oversize, queue full or closed."""
         if self.closed:
-            return self._drop("closed")
+            return self.stats.count_drop("closed")
         if not data or len(data) > self._max_datagram:
-            return self._drop("oversize")
-        if self._out.queued_datagrams >= self._limits.max_queued_datagrams:
-            return self._drop("queue_full")
-        if self._out.datagram_bytes + len(data) > self._limits.max_queued_datagram_bytes:
-            return self._drop("queue_full")
-        self._out.queue_datagram(bytes(data))
+            return self.stats.count_drop("oversize")
+        limits = self._limits
+        count, size = limits.max_queued_datagrams, limits.max_queued_datagram_bytes
+        if not self._out.queue_datagram(bytes(data), count, size):
+            return self.stats.count_drop("queue_full")
         return True
-
-    def _drop(self, reason: str) -> bool:
-        drops = self.stats.datagrams_dropped
-        drops[reason] = drops.get(reason, 0) + 1
-        return False
 
     def register(self, nodes: Iterable[str], prefixes: Iterable[str]) -> None:
         """(initiator) Announce the whole set of nodes and prefixes we serve."""
@@ -368,14 +308,11 @@ class Multiplexer:
             return
         self._move(TunnelInput.RECV_CLOSE if by_peer else TunnelInput.LOCAL_CLOSE)
         reason = clean_reason(reason)
-        for stream in list(self._streams.values()):
+        for stream in self._table.clear():
             self._events.append(
                 StreamReset(stream.stream_id, StreamCode.TUNNEL_CLOSED, reason, by_peer=False)
             )
-            self._count_reset(StreamCode.TUNNEL_CLOSED)
-        self._streams.clear()
-        self._buffered = 0
-        self._reserved = 0
+            self.stats.count_reset(StreamCode.TUNNEL_CLOSED.label)
         self._out.clear()
         self._events.append(ConnectionTerminated(code, reason, by_peer))
 
@@ -383,13 +320,12 @@ class Multiplexer:
         """The channel is established (keys confirmed): the tunnel opens and keepalive
         starts from ``now``."""
         self._move(TunnelInput.LOCAL_CONFIRMED)
-        self._last_received = now
-        self._next_ping = now + self._limits.keepalive_interval_s
+        self._keepalive.start(now)
 
     def get_timer(self) -> float | None:
         if self._state is TunnelState.HANDSHAKING or self.closed:
             return None
-        timer = min(self._next_ping, self._last_received + self._limits.dead_peer_timeout_s)
+        timer = self._keepalive.deadline()
         if self._drain_deadline is not None:
             timer = min(timer, self._drain_deadline)
         return timer
@@ -397,29 +333,20 @@ class Multiplexer:
     def handle_timer(self, now: float) -> None:
         if self._state is TunnelState.HANDSHAKING or self.closed:
             return
-        limits = self._limits
-        if now >= self._last_received + limits.dead_peer_timeout_s:
-            reason = f"nothing heard from the peer for {limits.dead_peer_timeout_s:g}s"
+        keepalive = self._keepalive
+        if keepalive.dead(now):
+            reason = f"nothing heard from the peer for {keepalive.dead_after_s:g}s"
             self.close(CloseCode.KEEPALIVE_TIMEOUT, reason)
             return
-        if now >= self._next_ping:
-            self._send_ping(now)
+        if keepalive.ping_due(now):
+            self._queue_control(encode_frame(PingFrame(keepalive.ping(now))))
         if self._drain_deadline is not None and now >= self._drain_deadline:
             self._drain_deadline = None
-            for stream in list(self._streams.values()):
+            for stream in list(self._table.streams.values()):
                 self._send_reset(stream, StreamCode.DRAINING, "drain timeout")
                 self._events.append(
                     StreamReset(stream.stream_id, StreamCode.DRAINING, "drain timeout", False)
                 )
-
-    def _send_ping(self, now: float) -> None:
-        self._ping_counter += 1
-        opaque = self._ping_counter.to_bytes(8, "big")
-        self._pings[opaque] = now
-        while len(self._pings) > _MAX_PINGS_IN_FLIGHT:
-            del self._pings[next(iter(self._pings))]
-        self._queue_control(encode_frame(PingFrame(opaque)))
-        self._next_ping = now + self._limits.keepalive_interval_s
 
     # ------------------------------------------------------------------ output
 
@@ -446,7 +373,7 @@ class Multiplexer:
 
     def _finish(self, stream: Stream) -> None:
         """A cleanly closed stream: both ENDs are through."""
-        self._forget(stream)
+        self._table.forget(stream)
         self._events.append(StreamClosed(stream.stream_id))
 
     # ------------------------------------------------------------------ input
@@ -456,7 +383,7 @@ class Multiplexer:
         if self.closed:
             return
         self._move(TunnelInput.RECV_FRAMES)
-        self._last_received = now
+        self._keepalive.heard(now)
         received = self.stats.frames_received
         frames = parse_frames(payload)
         if len(frames) != 1 or type(frames[0]) is not DataFrame:
@@ -476,20 +403,8 @@ class Multiplexer:
             received[label] = received.get(label, 0) + 1
             self._on_control(frame, now)
 
-    def _peer_stream(self, stream_id: int) -> Stream | None:
-        """The stream a peer frame names; None for one that finished (late frames are
-        ignored); RemoteProtocolError for one that never existed."""
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            return stream
-        ours = (stream_id & 1) == (1 if self._initiator else 0)
-        known = stream_id < self._next_local_id if ours else stream_id <= self._last_peer_id
-        if not known:
-            raise RemoteProtocolError(f"frame for stream {stream_id}, which was never opened")
-        return None
-
     def _on_data(self, frame: DataFrame) -> None:
-        stream = self._peer_stream(frame.stream_id)
+        stream = self._table.peer(frame.stream_id)
         if stream is None:
             return
         stream.apply(_I.RECV_DATA)
@@ -502,7 +417,7 @@ class Multiplexer:
             )
             return
         if size:
-            self._buffered += size
+            self._table.buffered += size
             self._events.append(StreamDataReceived(frame.stream_id, frame.data))
 
     def _on_control(self, frame: Frame, now: float) -> None:
@@ -512,19 +427,20 @@ class Multiplexer:
             self._on_stream_control(frame)
         elif isinstance(frame, DatagramFrame):
             if len(frame.data) > self._limits.max_datagram_bytes:
-                self._drop("oversize_received")
+                self.stats.count_drop("oversize_received")
                 return
             self.stats.datagrams_received += 1
             self._events.append(DatagramReceived(frame.data))
         elif isinstance(frame, PingFrame):
             self._queue_peer_induced([encode_frame(PongFrame(frame.opaque))])
         elif isinstance(frame, PongFrame):
-            sent_at = self._pings.pop(frame.opaque, None)
-            if sent_at is not None:
-                self._rtt_s = max(0.0, now - sent_at)
-                self._events.append(PongReceived(self._rtt_s))
+            rtt_s = self._keepalive.pong(frame.opaque, now)
+            if rtt_s is not None:
+                self._events.append(PongReceived(rtt_s))
         elif isinstance(frame, RegisterFrame | RegisterResultFrame):
-            self._on_registration(frame)
+            registration = self._registration.feed(frame)
+            if registration is not None:
+                self._events.append(registration)
         elif isinstance(frame, GoAwayFrame):
             if self._state not in (TunnelState.DRAINING_REMOTE, TunnelState.DRAINING_BOTH):
                 self._move(TunnelInput.RECV_GOAWAY)
@@ -534,29 +450,25 @@ class Multiplexer:
 
     def _on_open(self, frame: OpenFrame) -> None:
         stream_id = frame.stream_id
-        if (stream_id & 1) != (0 if self._initiator else 1):
-            raise RemoteProtocolError(f"peer opened stream {stream_id} of the wrong parity")
-        if stream_id <= self._last_peer_id:
-            raise RemoteProtocolError(f"peer reused stream id {stream_id}")
-        self._last_peer_id = stream_id
+        self._table.take_peer_id(stream_id)
         code, window, reason = StreamCode.OK, 0, ""
         if self.draining:
             code, reason = StreamCode.DRAINING, "tunnel is draining"
         else:
-            window, reason = self._window_for_new_stream()
+            window, reason = self._table.window_for_new_stream()
             if reason:
                 code = StreamCode.BUSY
         if code is not StreamCode.OK:
             self._queue_peer_induced([encode_frame(OpenResultFrame(stream_id, code, reason))])
             return
-        stream = self._new_stream(stream_id, window)
+        stream = self._table.add(stream_id, window)
         stream.apply(_I.RECV_OPEN)
         self._events.append(StreamOpened(stream_id, frame.node, frame.port))
 
     def _on_stream_control(
         self, frame: CreditFrame | EndFrame | ResetFrame | OpenResultFrame
     ) -> None:
-        stream = self._peer_stream(frame.stream_id)
+        stream = self._table.peer(frame.stream_id)
         if stream is None:
             return
         stream_id = frame.stream_id
@@ -573,38 +485,13 @@ class Multiplexer:
         elif isinstance(frame, ResetFrame):
             stream.apply(_I.RECV_RESET)
             stream.discard_queue()
-            self._count_reset(frame.code)
-            self._forget(stream)
+            self.stats.count_reset(frame.code.label)
+            self._table.forget(stream)
             self._events.append(StreamReset(stream_id, frame.code, frame.reason, by_peer=True))
         elif frame.code is StreamCode.OK:
             stream.apply(_I.RECV_ACCEPT)
             self._events.append(StreamAccepted(stream_id))
         else:
             stream.apply(_I.RECV_REFUSE)
-            self._forget(stream)
+            self._table.forget(stream)
             self._events.append(StreamRefused(stream_id, frame.code, frame.reason))
-
-    def _on_registration(self, frame: RegisterFrame | RegisterResultFrame) -> None:
-        nodes, prefixes, refused = self._reg
-        if isinstance(frame, RegisterFrame):
-            if self._initiator:
-                raise RemoteProtocolError("REGISTER sent to the initiator")
-            nodes += frame.nodes
-            prefixes += frame.prefixes
-        else:
-            if not self._initiator:
-                raise RemoteProtocolError("REGISTER_RESULT sent to the responder")
-            nodes += frame.accepted_nodes
-            prefixes += frame.accepted_prefixes
-            refused += frame.refused
-        if len(nodes) + len(prefixes) + len(refused) > self._limits.max_registration_entries:
-            raise RemoteProtocolError(
-                "registration exceeds max_registration_entries", CloseCode.LIMIT_EXCEEDED
-            )
-        if not frame.final:
-            return
-        self._reg = ([], [], [])
-        if isinstance(frame, RegisterFrame):
-            self._events.append(RegistrationReceived(tuple(nodes), tuple(prefixes)))
-        else:
-            self._events.append(RegistrationAnswered(tuple(nodes), tuple(prefixes), tuple(refused)))

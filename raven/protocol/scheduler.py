@@ -53,6 +53,14 @@ class TunnelStats:
     #: times the peer exceeded its control budget (the tunnel was closed)
     control_budget_exceeded: int = 0
 
+    def count_reset(self, label: str) -> None:
+        self.streams_reset[label] = self.streams_reset.get(label, 0) + 1
+
+    def count_drop(self, reason: str) -> bool:
+        """Count a dropped datagram; False (it was not sent) for the caller to return."""
+        self.datagrams_dropped[reason] = self.datagrams_dropped.get(reason, 0) + 1
+        return False
+
 
 class Scheduler:
     """Queues of control frames, datagrams and streams with data; builds payloads.
@@ -79,17 +87,17 @@ class Scheduler:
     def has_output(self) -> bool:
         return bool(self._control or self._datagrams or self._ready)
 
-    @property
-    def queued_datagrams(self) -> int:
-        return len(self._datagrams)
-
     def queue_control(self, frame: bytes) -> None:
         self._control.append(frame)
         self.control_bytes += len(frame)
 
-    def queue_datagram(self, data: bytes) -> None:
+    def queue_datagram(self, data: bytes, max_count: int, max_bytes: int) -> bool:
+        """Queue a datagram; False when ``max_count`` are queued or ``max_bytes`` would pass."""
+        if len(self._datagrams) >= max_count or self.datagram_bytes + len(data) > max_bytes:
+            return False
         self._datagrams.append(data)
         self.datagram_bytes += len(data)
+        return True
 
     def schedule(self, stream: Stream) -> None:
         """The stream has data or an END to send: put it in the ring (once)."""
