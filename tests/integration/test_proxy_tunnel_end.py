@@ -147,7 +147,7 @@ async def test_peer_that_never_ends_is_reset_after_the_linger(
         held.append(w)  # answers, then keeps the connection open: the agent never ENDs
         w.write(b"answer")
 
-    monkeypatch.setattr("raven.transport.tunnel.END_LINGER_S", 0.05)
+    monkeypatch.setattr("raven.transport.tunnel_stream.END_LINGER_S", 0.05)
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = int(server.sockets[0].getsockname()[1])
     try:

@@ -1,0 +1,173 @@
+"""One multiplexed stream of a tunnel, as the application sees it (a ByteStream).
+
+:class:`TunnelStream` buffers what the peer sent until the application reads it (credit
+flows back only then), waits for send credit before writing, and turns the peer's resets
+into :class:`StreamResetError`. Its :class:`~raven.transport.tunnel.Tunnel` delivers the
+events (``_feed``, ``_abort``...) and carries its calls to the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import TYPE_CHECKING
+
+from raven.protocol.codes import StreamCode
+from raven.transport.stream import StreamResetError
+
+if TYPE_CHECKING:
+    from raven.transport.tunnel import Tunnel
+
+__all__ = ["END_LINGER_S", "TunnelStream"]
+
+#: After we ended a stream whose peer has not ended yet and the application let go of it (a
+#: complete response), how long the peer has to send its END before the stream is reset.
+END_LINGER_S = 10.0
+
+
+class TunnelStream:
+    """One multiplexed stream: implements :class:`raven.transport.stream.ByteStream`."""
+
+    def __init__(self, tunnel: Tunnel, stream_id: int, *, incoming: bool) -> None:
+        self._tunnel = tunnel
+        self.stream_id = stream_id
+        self.incoming = incoming
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._eof = False
+        self._sent_eof = False
+        self._reset: StreamResetError | None = None
+        self._closed = False
+        self._answered = not incoming
+        self._linger: asyncio.TimerHandle | None = None
+        self.opened: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------ events from the tunnel
+    def _feed(self, data: bytes) -> None:
+        if self._linger is not None:  # nobody reads any more: give the credit straight back
+            self._tunnel._consumed(self.stream_id, len(data))
+            return
+        self._chunks.append(data)
+        self._readable.set()
+
+    def _feed_eof(self) -> None:
+        self._eof = True
+        self._readable.set()
+
+    def _abort(self, code: StreamCode, reason: str) -> None:
+        self._stop_linger()
+        if self._reset is None:
+            self._reset = StreamResetError(code, reason)
+        self._readable.set()
+        self._writable.set()
+
+    def _window_opened(self) -> None:
+        self._writable.set()
+
+    def _finished(self) -> None:
+        self._stop_linger()
+        self._closed = True
+        self._readable.set()
+        self._writable.set()
+
+    # ------------------------------------------------------------ incoming streams
+    def accept(self) -> None:
+        """Accept an incoming stream (the agent connected to the target). Raises
+        StreamResetError when the peer reset it (or the tunnel closed) meanwhile."""
+        if self._reset is not None:
+            raise self._reset
+        if not self._answered:
+            self._answered = True
+            self._tunnel._call(lambda c: c.accept_stream(self.stream_id))
+
+    def refuse(self, code: StreamCode, reason: str = "") -> None:
+        """Refuse an incoming stream with a reason code (nothing to do once reset)."""
+        if not self._answered and self._reset is None:
+            self._answered = True
+            self._closed = True
+            self._tunnel._call(lambda c: c.refuse_stream(self.stream_id, code, reason))
+            self._tunnel._forget(self.stream_id)
+
+    # ------------------------------------------------------------ ByteStream
+    async def read(self, max_bytes: int = 65536) -> bytes:
+        while not self._chunks:
+            if self._reset is not None:
+                raise self._reset
+            if self._eof or self._closed:
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        chunk = self._chunks.popleft()
+        if len(chunk) > max_bytes:
+            self._chunks.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        if not self._chunks and self._reset is None:
+            self._readable.clear()
+        self._tunnel._consumed(self.stream_id, len(chunk))
+        return chunk
+
+    async def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self._reset is not None:
+                raise self._reset
+            if self._closed or self._sent_eof:
+                raise StreamResetError(StreamCode.CANCELLED, "write after end of stream")
+            capacity = self._tunnel.send_capacity(self.stream_id)
+            if capacity <= 0:
+                self._writable.clear()
+                await self._writable.wait()
+                continue
+            n = min(capacity, len(view))
+            self._tunnel._send(self.stream_id, bytes(view[:n]))
+            view = view[n:]
+        await self._tunnel._wait_writable()
+
+    def reusable(self) -> bool:
+        """Idle and whole, on a tunnel neither draining nor more than half full of streams (an
+        idle stream kept for reuse must not crowd out new ones)."""
+        whole = not (self._eof or self._sent_eof or self._closed or self._chunks)
+        if not whole or self._reset is not None or self._linger is not None:
+            return False
+        tunnel = self._tunnel
+        return not tunnel.draining and len(tunnel.streams) * 2 <= tunnel.conn.limits.max_streams
+
+    async def write_eof(self) -> None:
+        if self._sent_eof or self._closed or self._reset is not None:
+            return
+        self._sent_eof = True
+        self._tunnel._call(lambda c: c.end_stream(self.stream_id))
+
+    def reset(self, code: StreamCode, reason: str = "") -> None:
+        if self._closed or self._reset is not None:
+            return
+        self._reset = StreamResetError(code, reason)
+        self._readable.set()
+        self._writable.set()
+        self._tunnel._call(lambda c: c.reset_stream(self.stream_id, code, reason))
+        self._tunnel._forget(self.stream_id)
+
+    async def aclose(self) -> None:
+        """Release the stream. Ended both ways: nothing to do. Ended by us only: the peer's
+        END closes it (what it still sends is dropped), or a reset CANCELLED after
+        `END_LINGER_S`. Not ended by us: reset CANCELLED now."""
+        if self._closed or self._reset is not None or self._linger is not None:
+            return
+        if not self._sent_eof:
+            self.reset(StreamCode.CANCELLED, "closed by application")
+        elif not self._eof:
+            unread = sum(map(len, self._chunks))
+            self._chunks.clear()
+            if unread:
+                self._tunnel._consumed(self.stream_id, unread)
+            self._linger = self._tunnel.loop.call_later(END_LINGER_S, self._linger_expired)
+
+    def _linger_expired(self) -> None:
+        self._linger = None
+        self.reset(StreamCode.CANCELLED, f"no END from the peer within {END_LINGER_S:g}s")
+
+    def _stop_linger(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
