@@ -11,7 +11,8 @@ namespaces, measures:
 
 For each: iperf3 TCP cloud -> edge with 1 and 4 streams (and 1 stream back), ping p50/p99 (ICMP echo, 56
 bytes), and the CPU time of the two tunnel processes per Gbit carried. Both tunnels use
-MTU 1380. Prints Markdown. Needs root, iperf3, wireguard-go and wg::
+MTU 1380. Prints Markdown. Needs root, iperf3, wireguard-go and wg
+(`sudo scripts/setup --bench` installs them)::
 
     sudo .venv/bin/python bench/bench_l3.py [--seconds 5] [--pings 200] [--pipe]
 """

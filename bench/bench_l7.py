@@ -12,7 +12,7 @@ Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the mi
 processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
 
 Usage: python bench/bench_l7.py [--seconds 5] [--conns 16 256] [--paths direct nginx gateway tunnel]
-Needs wrk and nginx (Debian/Ubuntu: apt-get install -y wrk nginx).
+Needs wrk and nginx (`sudo scripts/setup --bench` installs them).
 """
 
 from __future__ import annotations
