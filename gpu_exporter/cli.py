@@ -104,6 +104,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_SOCKET,
         help=f"kubelet pod-resources socket (default {DEFAULT_SOCKET})",
     )
+    _add_simulation_arguments(p)
+    _add_labelling_arguments(p)
+    _add_health_arguments(p)
+    _add_dcgm_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def _add_simulation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--simulate",
         type=int,
@@ -120,6 +129,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--load-profile", choices=LOAD_PROFILES, default="training", help="simulated load"
     )
+    p.add_argument(
+        "--sharing",
+        choices=SHARING_MODES,
+        default="exclusive",
+        help="how simulated GPUs are shared between pods (default exclusive)",
+    )
+
+
+def _add_labelling_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hostname",
         default=os.environ.get("NODE_NAME") or socket.gethostname(),
@@ -155,6 +173,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         metavar="MIB",
         help="MiB per aliyun.com/gpu-mem unit (ACK GPU sharing; default 1024)",
     )
+
+
+def _add_health_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--unhealthy-after",
         type=int,
@@ -170,6 +191,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         metavar="MS",
         help="a collection running longer counts as hung (default: the interval, at least 10 s)",
     )
+
+
+def _add_dcgm_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-r",
         "--dcgm-host",
@@ -182,14 +206,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="read every field through NVML, even where DCGM is installed",
     )
-    p.add_argument(
-        "--sharing",
-        choices=SHARING_MODES,
-        default="exclusive",
-        help="how simulated GPUs are shared between pods (default exclusive)",
-    )
-    p.set_defaults(func=run)
-    return p
 
 
 def _counters(args: argparse.Namespace) -> list[Counter]:

@@ -232,6 +232,23 @@ class NvmlBackend:
 
     def _sample(self, dev: _Device, fields: frozenset[str]) -> GpuSample:
         """Read the wanted fields of one GPU; an NVML call is made only for a wanted field."""
+        v: dict[str, float] = {}
+        for name, read in self._readers(dev).items():
+            if name in fields:
+                value = read()
+                if value is not None:
+                    v[name] = value
+        h = dev.handle
+        if not dev.mig:
+            v.update(self._memory(h, fields))
+        if dev.gpm and any(f in fields for f in GPM_FIELDS):
+            v.update(self._gpm(dev, fields))
+        procs = self._process_samples(dev, h) if self._processes and not dev.mig else ()
+        return GpuSample(dev.info, v, procs)
+
+    def _readers(self, dev: _Device) -> dict[str, Any]:
+        """Field name -> reader of that field on one GPU. Nothing is read until a reader
+        is called; fields that come from one NVML call share it (one call per sample)."""
         n, h, t = self._nvml, dev.handle, self._try
         shared: dict[str, Any] = {}
 
@@ -284,18 +301,7 @@ class NvmlBackend:
             ),
         }
         readers.update(self._error_readers(h))
-        v: dict[str, float] = {}
-        for name, read in readers.items():
-            if name in fields:
-                value = read()
-                if value is not None:
-                    v[name] = value
-        if not dev.mig:
-            v.update(self._memory(h, fields))
-        if dev.gpm and any(f in fields for f in GPM_FIELDS):
-            v.update(self._gpm(dev, fields))
-        procs = self._process_samples(dev, h) if self._processes and not dev.mig else ()
-        return GpuSample(dev.info, v, procs)
+        return readers
 
     def _error_readers(self, h: Any) -> dict[str, Any]:
         """Readers of the throughput, violation, ECC and retired-page fields."""

@@ -21,36 +21,7 @@ class BackfillMetrics:
     ) -> None:
         self._dropped_seen: dict[str, int] = {}
         self._dropped = dropped
-        Gauge(
-            "raven_agent_backfill_buffered_samples",
-            "Samples in the on-disk backfill buffer.",
-            registry=registry,
-        ).set_function(lambda: totals().samples)
-        Gauge(
-            "raven_agent_backfill_buffered_bytes",
-            "Bytes of scrapes in the on-disk backfill buffer (counted against max_bytes).",
-            registry=registry,
-        ).set_function(lambda: totals().bytes)
-
-        def oldest_age() -> float:
-            ts = totals().oldest_ts_ms
-            return 0.0 if ts is None else max(0.0, time.time() - ts / 1000)
-
-        Gauge(
-            "raven_agent_backfill_oldest_sample_age_seconds",
-            "Age of the oldest buffered scrape (0 when the buffer is empty).",
-            registry=registry,
-        ).set_function(oldest_age)
-        Gauge(
-            "raven_agent_backfill_targets",
-            "Targets learned from Prometheus's scrapes or configured.",
-            registry=registry,
-        ).set_function(lambda: len(table.targets))
-        Gauge(
-            "raven_agent_backfill_targets_local",
-            "Targets the agent scrapes itself right now (nobody else asks).",
-            registry=registry,
-        ).set_function(lambda: table.local_count)
+        _register_gauges(registry, totals, table)
         self.dropped = Counter(
             "raven_agent_backfill_samples_dropped_total",
             "Buffered samples dropped, by reason (cap, age, corrupt, refused by the gateway).",
@@ -88,3 +59,39 @@ class BackfillMetrics:
             if delta > 0:
                 self.dropped.labels(reason).inc(delta)
             self._dropped_seen[reason] = n
+
+
+def _register_gauges(
+    registry: CollectorRegistry, totals: Callable[[], Totals], table: TargetTable
+) -> None:
+    """The gauges: each reads the buffer's totals or the target table when scraped."""
+    Gauge(
+        "raven_agent_backfill_buffered_samples",
+        "Samples in the on-disk backfill buffer.",
+        registry=registry,
+    ).set_function(lambda: totals().samples)
+    Gauge(
+        "raven_agent_backfill_buffered_bytes",
+        "Bytes of scrapes in the on-disk backfill buffer (counted against max_bytes).",
+        registry=registry,
+    ).set_function(lambda: totals().bytes)
+
+    def oldest_age() -> float:
+        ts = totals().oldest_ts_ms
+        return 0.0 if ts is None else max(0.0, time.time() - ts / 1000)
+
+    Gauge(
+        "raven_agent_backfill_oldest_sample_age_seconds",
+        "Age of the oldest buffered scrape (0 when the buffer is empty).",
+        registry=registry,
+    ).set_function(oldest_age)
+    Gauge(
+        "raven_agent_backfill_targets",
+        "Targets learned from Prometheus's scrapes or configured.",
+        registry=registry,
+    ).set_function(lambda: len(table.targets))
+    Gauge(
+        "raven_agent_backfill_targets_local",
+        "Targets the agent scrapes itself right now (nobody else asks).",
+        registry=registry,
+    ).set_function(lambda: table.local_count)

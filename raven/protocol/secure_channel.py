@@ -162,24 +162,27 @@ class SecureChannel:
         self.stats = ChannelStats()
         #: When the handshake must be complete (now + handshake_timeout_s); None once it is.
         self.handshake_deadline: float | None = now + limits.handshake_timeout_s
+        self._state = ChannelState.AWAIT_MAGIC
         if role is Role.INITIATOR:
-            if remote_static is None or len(remote_static) != KEY_BYTES:
-                raise ValueError("an initiator needs the responder's 32-byte remote_static")
-            if wall_time_ns is None:
-                raise ValueError("an initiator needs wall_time_ns for its handshake timestamp")
-            self._remote_static = bytes(remote_static)
-            self._pending, message = create_initiation(
-                static_private=self._static_private,
-                remote_static=self._remote_static,
-                wall_time_ns=wall_time_ns,
-                psk=self._psk,
-            )
-            self._queue(MAGIC)
-            self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
-            self._queue(message)
-            self._state = ChannelState.AWAIT_RESPONSE
-        else:
-            self._state = ChannelState.AWAIT_MAGIC
+            self._start_initiation(remote_static, wall_time_ns)
+
+    def _start_initiation(self, remote_static: bytes | None, wall_time_ns: int | None) -> None:
+        """(initiator) Queue MAGIC and handshake message 1; the channel awaits the response."""
+        if remote_static is None or len(remote_static) != KEY_BYTES:
+            raise ValueError("an initiator needs the responder's 32-byte remote_static")
+        if wall_time_ns is None:
+            raise ValueError("an initiator needs wall_time_ns for its handshake timestamp")
+        self._remote_static = bytes(remote_static)
+        self._pending, message = create_initiation(
+            static_private=self._static_private,
+            remote_static=self._remote_static,
+            wall_time_ns=wall_time_ns,
+            psk=self._psk,
+        )
+        self._queue(MAGIC)
+        self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
+        self._queue(message)
+        self._state = ChannelState.AWAIT_RESPONSE
 
     # -- properties -------------------------------------------------------------------------
 
