@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import logging
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.logs import fields
+from raven.logthrottle import LogThrottle
 from raven.transport.stream import StreamOpener
 
 log = logging.getLogger("cloud_gateway.proxy")
@@ -43,6 +45,9 @@ class ProxyContext:
     by_node: dict[str, int] = field(default_factory=dict)
     #: Recent results per node, for the status page.
     scrapes: ScrapeLog = field(default_factory=ScrapeLog)
+    #: Client faults are logged at most ``burst`` lines per reason per interval: a client
+    #: that retries a refused request in a loop must not turn each refusal into a log line.
+    log_throttle: LogThrottle = field(default_factory=lambda: LogThrottle(clock=time.monotonic))
     _allowed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = field(
         init=False, default_factory=list
     )
@@ -95,18 +100,19 @@ class ProxyContext:
     def record_error(
         self, exc: ProxyError, mode: str, peer: str, node: str = "", code: int | None = None
     ) -> None:
-        """Count a failure and log it in one line (client faults at INFO, others at WARNING)."""
+        """Count a failure and log it in one line: client faults at INFO, throttled per
+        reason (a summary line counts what was left out); others at WARNING."""
         kind = exc.kind
         self.metrics.error(kind)
         self.scrapes.failed(node, kind.value, kind.status if code is None else code, exc.detail)
         self.metrics.request(mode, kind.status if code is None else code)
-        level = logging.INFO if kind.client_fault else logging.WARNING
-        log.log(
-            level,
-            "proxy error",
-            extra=fields(reason=kind.value, status=kind.status, mode=mode, node=node or None,
-                         peer=peer, detail=exc.detail or None),
-        )  # fmt: skip
+        extra = fields(reason=kind.value, status=kind.status, mode=mode, node=node or None,
+                       peer=peer, detail=exc.detail or None)  # fmt: skip
+        if kind.client_fault:
+            key = f"proxy error {kind.value}"
+            self.log_throttle.log(log, logging.INFO, key, "proxy error", extra=extra)
+        else:
+            log.log(logging.WARNING, "proxy error", extra=extra)
 
 
 def _take(counts: dict[str, int], key: str) -> None:
