@@ -6,7 +6,8 @@ This module: free ports, keys and configs, an echo server, polling (``wait_for``
 - ``threads``: calls in a thread with its own network namespace or capabilities;
 - ``tunnel``: a gateway listener plus agent links on loopback (the ``site`` fixture);
 - ``proxy``: the L7 proxy, its targets and openers on loopback (the ``target_port`` fixture);
-- ``dnsmasq``: a real DNS server on loopback.
+- ``dnsmasq``: a real DNS server on loopback;
+- ``kube``: a kubeconfig file (the fake API server itself is tests/fakekube).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from raven.config.agent import KubernetesNodeSource
 from raven.kube.client import ApiConfig, KubeClient
 from tests.fakekube import FakeKube, make_node
 from tests.helpers import KeyPair, agent_config, gateway_config, wait_for
+from tests.helpers.kube import write_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -314,11 +315,9 @@ async def test_start_node_source_with_kubeconfig(tmp_path: Path) -> None:
     """The agent's entry point: a kubeconfig file from the config, first table awaited."""
     async with FakeKube() as kube:
         kube.put_node("edge-gpu-1", EDGE, "192.168.1.10")
-        kubeconfig = _write_kubeconfig(tmp_path, kube.url)
+        kubeconfig = write_kubeconfig(tmp_path, {"server": kube.url})
         rec = Recorder()
-        cfg = KubernetesNodeSource(
-            enabled=True, label_selector=SELECTOR, kubeconfig=str(kubeconfig)
-        )
+        cfg = KubernetesNodeSource(enabled=True, label_selector=SELECTOR, kubeconfig=kubeconfig)
         source = await start_node_source(cfg, rec, debounce_s=0.05)
         try:
             assert rec.tables == [{"edge-gpu-1": "192.168.1.10"}]
@@ -344,7 +343,7 @@ async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -
 
     async with FakeKube() as kube:
         kube.put_node("edge-k8s-1", EDGE, "127.0.0.1")
-        kubeconfig = _write_kubeconfig(tmp_path, kube.url)
+        kubeconfig = write_kubeconfig(tmp_path, {"server": kube.url})
         gw_key, agent_key = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "agent")
         agents = [{"name": "site-a", "public_key": agent_key.public_b64, "nodes": ["edge-k8s-*"]}]
         gateway = GatewayApp(gateway_config(tmp_path, gw_key, agents))
@@ -360,7 +359,7 @@ async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -
                 kubernetes={
                     "enabled": True,
                     "label_selector": SELECTOR,
-                    "kubeconfig": str(kubeconfig),
+                    "kubeconfig": kubeconfig,
                 },
             )
             agent = AgentApp(cfg)
@@ -382,23 +381,6 @@ async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -
             if agent is not None:
                 await agent.stop()
             await gateway.stop()
-
-
-def _write_kubeconfig(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {"token": "t0ken"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    return path
 
 
 async def test_410_on_every_watch_backs_off_instead_of_spinning() -> None:

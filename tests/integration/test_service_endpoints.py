@@ -5,7 +5,6 @@ ClusterIP Service. Against tests/fakekube/ over real HTTP, with the real gateway
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from raven.config.source import ConfigError
 from raven.kube.client import ApiConfig, KubeClient
 from tests.fakekube import FakeKube, make_endpoint_slice, make_exporter_service
 from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
+from tests.helpers.kube import write_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -107,23 +107,6 @@ async def _exporter(host: str, body: bytes) -> AsyncIterator[int]:
         await runner.cleanup()
 
 
-def _kubeconfig(tmp_path: Path, url: str) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "c",
-                "clusters": [{"name": "fake", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {"token": "t0ken"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
-            }
-        )
-    )
-    return str(path)
-
-
 async def test_scrape_by_name_reaches_the_service_endpoint_on_that_node(tmp_path: Path) -> None:
     """Node edge-gpu-1 is 127.0.0.1, where nothing listens on the scraped port; the exporter
     listens only on the pod-like address 127.0.0.2 behind a Service. A scrape of
@@ -159,7 +142,7 @@ async def test_scrape_by_name_reaches_the_service_endpoint_on_that_node(tmp_path
                 allowed_ports=[port],
                 kubernetes={
                     "services": [f"{NS}/{SVC}"],
-                    "kubeconfig": _kubeconfig(tmp_path, kube.url),
+                    "kubeconfig": write_kubeconfig(tmp_path, {"server": kube.url}),
                 },
             )
             agent = AgentApp(cfg)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import json
 import ssl
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from raven.kube.client import (
     kubeconfig_config,
     load_config,
 )
+from tests.helpers.kube import write_kubeconfig
 
 
 def self_signed(name: str) -> tuple[bytes, bytes]:
@@ -45,26 +45,6 @@ def self_signed(name: str) -> tuple[bytes, bytes]:
         serialization.NoEncryption(),
     )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
-def write_kubeconfig(tmp_path: Path, cluster: dict[str, object], user: dict[str, object]) -> str:
-    path = tmp_path / "config"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "main",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "u", "user": user}],
-                "contexts": [
-                    {"name": "main", "context": {"cluster": "c", "user": "u"}},
-                    {"name": "other", "context": {"cluster": "missing", "user": "u"}},
-                ],
-            }
-        )
-    )
-    return str(path)
 
 
 def test_kubeconfig_with_ca_data_client_certificate_and_token(tmp_path: Path) -> None:
