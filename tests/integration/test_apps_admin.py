@@ -8,9 +8,9 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from cloud_gateway.app import GatewayApp
 from edge_agent.app import AgentApp
 from tests.helpers import KeyPair, agent_config, gateway_config, start_echo_server, wait_for
+from tests.helpers.apps import gateway_and_agent
 
 
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
@@ -22,18 +22,17 @@ async def test_admin_endpoints_of_gateway_and_agent(tmp_path: Path) -> None:
     gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
     echo = await start_echo_server()
     echo_port = int(echo.sockets[0].getsockname()[1])
-    gateway = GatewayApp(gateway_config(tmp_path, gw, [
-        {"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}]))  # fmt: skip
-    await gateway.start()
-    assert gateway.listener.bound and gateway.admin.bound
-    agent = AgentApp(agent_config(ag, gw, f"127.0.0.1:{gateway.listener.bound[1]}",
-                                  {"edge-echo-1": "127.0.0.1", "intruder-1": "127.0.0.1"},
-                                  allowed_ports=[echo_port]))  # fmt: skip
-    gw_url = f"http://127.0.0.1:{gateway.admin.bound[1]}"
-    async with aiohttp.ClientSession() as s:
-        try:
-            await agent.start()
-            assert agent.admin.bound
+    apps = gateway_and_agent(
+        gateway_config(tmp_path, gw, [
+            {"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}]),
+        lambda address: agent_config(ag, gw, address,
+                                     {"edge-echo-1": "127.0.0.1", "intruder-1": "127.0.0.1"},
+                                     allowed_ports=[echo_port]),
+    )  # fmt: skip
+    try:
+        async with apps as (gateway, agent), aiohttp.ClientSession() as s:
+            assert gateway.admin.bound and agent.admin.bound
+            gw_url = f"http://127.0.0.1:{gateway.admin.bound[1]}"
             ag_url = f"http://127.0.0.1:{agent.admin.bound[1]}"
             await wait_for(lambda: gateway.registry.agents_for("edge-echo-1"))
             for url in (gw_url, ag_url):
@@ -70,11 +69,9 @@ async def test_admin_endpoints_of_gateway_and_agent(tmp_path: Path) -> None:
             # the node is known but its agent is gone
             status, body = await get(s, f"{gw_url}/api/v1/nodes")
             assert '"reachable": false' in body
-        finally:
-            await agent.stop()
-            await gateway.stop()
-            echo.close()
-            await echo.wait_closed()
+    finally:
+        echo.close()
+        await echo.wait_closed()
     # agent readiness without any tunnel
     lonely = AgentApp(agent_config(ag, gw, "127.0.0.1:1", {}))
     ok, reason = lonely._ready()

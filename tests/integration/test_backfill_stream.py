@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from cloud_gateway.app import GatewayApp
-from edge_agent.app import AgentApp
 from raven.backfill.wire import (
     BACKFILL_NODE,
     BACKFILL_PORT,
@@ -25,7 +23,8 @@ from raven.backfill.wire import (
 from raven.protocol.codes import StreamCode
 from raven.transport.stream import StreamOpenError, StreamResetError
 from raven.transport.tunnel import TunnelStream
-from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
+from tests.helpers import KeyPair, agent_config, free_port, gateway_config
+from tests.helpers.apps import gateway_and_agent
 
 pytestmark = pytest.mark.integration
 
@@ -46,18 +45,15 @@ async def read_ack_or_reset(stream: TunnelStream) -> object:
 async def test_backfill_stream_bad_input(tmp_path: Path) -> None:
     gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
     dead_port = free_port()  # nothing listens: Prometheus "down"
-    gateway = GatewayApp(gateway_config(
+    gw_config = gateway_config(
         tmp_path, gw, [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-a-*"]}],
         backfill={"enabled": True, "remote_write_url": f"http://127.0.0.1:{dead_port}/api/v1/write",
                   "timeout_s": 2.0, "jobs": [{"port": 9100, "job": "node"}]},
-    ))  # fmt: skip
-    await gateway.start()
-    assert gateway.listener.bound is not None
-    agent = AgentApp(agent_config(ag, gw, f"127.0.0.1:{gateway.listener.bound[1]}",
-                                  {"edge-a-1": "127.0.0.1"}))  # fmt: skip
-    try:
-        await agent.start()
-        await wait_for(lambda: any(link.tunnel for link in agent.dialer.links.values()))
+    )  # fmt: skip
+    apps = gateway_and_agent(
+        gw_config, lambda address: agent_config(ag, gw, address, {"edge-a-1": "127.0.0.1"})
+    )
+    async with apps as (gateway, agent):
         tunnel = next(link.tunnel for link in agent.dialer.links.values() if link.tunnel)
         # only the backfill pseudo-target is served
         with pytest.raises(StreamOpenError):
@@ -98,6 +94,3 @@ async def test_backfill_stream_bad_input(tmp_path: Path) -> None:
             )
             == 1
         )
-    finally:
-        await agent.stop()
-        await gateway.stop()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from cloud_gateway.app import GatewayApp
-from edge_agent.app import AgentApp
 from tests.helpers import KeyPair, agent_config, gateway_config, wait_for
+from tests.helpers.apps import gateway_and_agent
 
 DRAIN_S = 0.5
 
@@ -22,23 +21,26 @@ async def test_stop_with_a_hanging_scrape_takes_the_configured_drain(tmp_path: P
     gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
     limits = {"keepalive_interval_s": 1.0, "dead_peer_timeout_s": 3.0, "drain_timeout_s": DRAIN_S}
     agents = [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}]
-    gateway = GatewayApp(gateway_config(tmp_path, gw, agents, limits=limits))
-    await gateway.start()
-    assert gateway.listener.bound and gateway.proxy is not None
-    agent = AgentApp(agent_config(ag, gw, f"127.0.0.1:{gateway.listener.bound[1]}",
-                                  {"edge-hang-1": "127.0.0.1"}, allowed_ports=[port]))  # fmt: skip
-    await agent.start()
-    reader, writer = await asyncio.open_connection(*gateway.proxy.http_address)
+    apps = gateway_and_agent(
+        gateway_config(tmp_path, gw, agents, limits=limits),
+        lambda address: agent_config(
+            ag, gw, address, {"edge-hang-1": "127.0.0.1"}, allowed_ports=[port]
+        ),
+    )
     try:
-        await wait_for(lambda: gateway.registry.agents_for("edge-hang-1"))
-        writer.write(b"GET /proxy/edge-hang-1:%d/metrics HTTP/1.1\r\nHost: x\r\n\r\n" % port)
-        await wait_for(lambda: gateway.proxy is not None and gateway.proxy.context.by_node)
-        # bounded by the configured drain (twice: proxy, then tunnels), far below 10 s
-        await asyncio.wait_for(gateway.stop(), timeout=20 * DRAIN_S)
-        assert await asyncio.wait_for(reader.read(), 5) == b""  # cut, never answered 200
+        async with apps as (gateway, _agent):
+            assert gateway.proxy is not None
+            reader, writer = await asyncio.open_connection(*gateway.proxy.http_address)
+            try:
+                await wait_for(lambda: gateway.registry.agents_for("edge-hang-1"))
+                request = b"GET /proxy/edge-hang-1:%d/metrics HTTP/1.1\r\nHost: x\r\n\r\n" % port
+                writer.write(request)
+                await wait_for(lambda: gateway.proxy is not None and gateway.proxy.context.by_node)
+                # bounded by the configured drain (twice: proxy, then tunnels), far below 10 s
+                await asyncio.wait_for(gateway.stop(), timeout=20 * DRAIN_S)
+                assert await asyncio.wait_for(reader.read(), 5) == b""  # cut, never answered 200
+            finally:
+                writer.close()
     finally:
-        writer.close()
-        await agent.stop()
-        await gateway.stop()
         target.close()
         await target.wait_closed()

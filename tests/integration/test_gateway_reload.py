@@ -12,12 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from cloud_gateway.app import GatewayApp
-from edge_agent.app import AgentApp
 from raven.config.gateway import GatewayConfig
 from raven.config.loader import from_dict
 from raven.service import watch_file
 from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
+from tests.helpers.apps import gateway_and_agent
 
 
 def with_agents(config: GatewayConfig, agents: list[dict[str, object]]) -> GatewayConfig:
@@ -31,13 +30,11 @@ async def test_reload_widens_narrows_and_removes_an_agent(tmp_path: Path) -> Non
     gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
     narrow = [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}]
     wide = [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*", "gpu-*"]}]
-    gateway = GatewayApp(gateway_config(tmp_path, gw, narrow))
-    await gateway.start()
-    assert gateway.listener.bound
-    agent = AgentApp(agent_config(ag, gw, f"127.0.0.1:{gateway.listener.bound[1]}",
-                                  {"edge-1": "127.0.0.1", "gpu-1": "127.0.0.1"}))  # fmt: skip
-    try:
-        await agent.start()
+    nodes = {"edge-1": "127.0.0.1", "gpu-1": "127.0.0.1"}
+    apps = gateway_and_agent(
+        gateway_config(tmp_path, gw, narrow), lambda address: agent_config(ag, gw, address, nodes)
+    )
+    async with apps as (gateway, agent):
         await wait_for(lambda: gateway.registry.agents_for("edge-1"))
         assert not gateway.registry.agents_for("gpu-1")  # refused by the narrow rules
         link = next(iter(agent.dialer.links.values()))
@@ -56,9 +53,6 @@ async def test_reload_widens_narrows_and_removes_an_agent(tmp_path: Path) -> Non
         gateway.reload(with_agents(gateway.config, wide))
         await asyncio.sleep(0.3)
         assert link.connects == 3 and gateway.registry.sessions
-    finally:
-        await agent.stop()
-        await gateway.stop()
 
 
 async def test_watch_file_sees_a_replaced_file(tmp_path: Path) -> None:

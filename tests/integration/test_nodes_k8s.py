@@ -17,6 +17,7 @@ from raven.config.agent import KubernetesNodeSource
 from raven.kube.client import ApiConfig, KubeClient
 from tests.fakekube import FakeKube, make_node
 from tests.helpers import KeyPair, agent_config, gateway_config, wait_for
+from tests.helpers.apps import gateway_and_agent
 from tests.helpers.kube import write_kubeconfig
 
 pytestmark = pytest.mark.integration
@@ -338,32 +339,17 @@ async def test_start_node_source_bad_credentials_fail_clearly(tmp_path: Path) ->
 async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -> None:
     """A node added to the site in Kubernetes is served and registered within seconds; one
     relabelled out of the site is withdrawn (AgentApp + GatewayApp on loopback)."""
-    from cloud_gateway.app import GatewayApp
-    from edge_agent.app import AgentApp
-
     async with FakeKube() as kube:
         kube.put_node("edge-k8s-1", EDGE, "127.0.0.1")
         kubeconfig = write_kubeconfig(tmp_path, {"server": kube.url})
         gw_key, agent_key = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "agent")
         agents = [{"name": "site-a", "public_key": agent_key.public_b64, "nodes": ["edge-k8s-*"]}]
-        gateway = GatewayApp(gateway_config(tmp_path, gw_key, agents))
-        await gateway.start()
-        agent: AgentApp | None = None
-        try:
-            assert gateway.listener.bound is not None
-            cfg = agent_config(
-                agent_key,
-                gw_key,
-                f"127.0.0.1:{gateway.listener.bound[1]}",
-                {},
-                kubernetes={
-                    "enabled": True,
-                    "label_selector": SELECTOR,
-                    "kubeconfig": kubeconfig,
-                },
-            )
-            agent = AgentApp(cfg)
-            await agent.start()
+        kubernetes = {"enabled": True, "label_selector": SELECTOR, "kubeconfig": kubeconfig}
+        apps = gateway_and_agent(
+            gateway_config(tmp_path, gw_key, agents),
+            lambda address: agent_config(agent_key, gw_key, address, {}, kubernetes=kubernetes),
+        )
+        async with apps as (gateway, agent):
 
             def registered() -> set[str]:
                 nodes: Any = gateway.registry.nodes_json()["nodes"]
@@ -377,10 +363,6 @@ async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -
             kube.relabel("nodes", "edge-k8s-1", OTHER)
             await wait_for(lambda: registered() == {"edge-k8s-2"}, timeout_s=10)
             assert agent.relay.nodes == {"edge-k8s-2": "127.0.0.1"}
-        finally:
-            if agent is not None:
-                await agent.stop()
-            await gateway.stop()
 
 
 async def test_410_on_every_watch_backs_off_instead_of_spinning() -> None:

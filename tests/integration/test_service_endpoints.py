@@ -17,6 +17,7 @@ from raven.config.source import ConfigError
 from raven.kube.client import ApiConfig, KubeClient
 from tests.fakekube import FakeKube, make_endpoint_slice, make_exporter_service
 from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
+from tests.helpers.apps import gateway_and_agent
 from tests.helpers.kube import write_kubeconfig
 
 pytestmark = pytest.mark.integration
@@ -112,8 +113,6 @@ async def test_scrape_by_name_reaches_the_service_endpoint_on_that_node(tmp_path
     listens only on the pod-like address 127.0.0.2 behind a Service. A scrape of
     edge-gpu-1:PORT through the gateway's proxy reaches it; edge-gpu-2 (served, but without an
     endpoint) is refused; an address outside the served nodes is never dialled."""
-    from cloud_gateway.app import GatewayApp
-    from edge_agent.app import AgentApp
 
     port = free_port()  # the Service port, closed on the node's own address
     gen = _exporter("127.0.0.2", b"DCGM_FI_DEV_GPU_UTIL 42\n")
@@ -129,25 +128,18 @@ async def test_scrape_by_name_reaches_the_service_endpoint_on_that_node(tmp_path
         )
         gw_key, agent_key = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "agent")
         agents = [{"name": "site-a", "public_key": agent_key.public_b64, "nodes": ["edge-gpu-*"]}]
-        gateway = GatewayApp(gateway_config(tmp_path, gw_key, agents))
-        await gateway.start()
-        agent: AgentApp | None = None
-        try:
-            assert gateway.listener.bound is not None
-            cfg = agent_config(
-                agent_key,
-                gw_key,
-                f"127.0.0.1:{gateway.listener.bound[1]}",
-                {"edge-gpu-1": "127.0.0.1", "edge-gpu-2": "127.0.0.1"},
-                allowed_ports=[port],
-                kubernetes={
-                    "services": [f"{NS}/{SVC}"],
-                    "kubeconfig": write_kubeconfig(tmp_path, {"server": kube.url}),
-                },
-            )
-            agent = AgentApp(cfg)
-            await agent.start()
-            await wait_for(lambda: any(link.tunnel for link in agent.dialer.links.values()))
+        kubernetes = {
+            "services": [f"{NS}/{SVC}"],
+            "kubeconfig": write_kubeconfig(tmp_path, {"server": kube.url}),
+        }
+        nodes = {"edge-gpu-1": "127.0.0.1", "edge-gpu-2": "127.0.0.1"}
+        apps = gateway_and_agent(
+            gateway_config(tmp_path, gw_key, agents),
+            lambda address: agent_config(
+                agent_key, gw_key, address, nodes, allowed_ports=[port], kubernetes=kubernetes
+            ),
+        )
+        async with apps as (gateway, agent):
             host, proxy_port = gateway.proxy.http_address
             async with aiohttp.ClientSession() as s:
 
@@ -165,10 +157,6 @@ async def test_scrape_by_name_reaches_the_service_endpoint_on_that_node(tmp_path
                 assert status != 200
             sample = agent.metrics_registry.get_sample_value
             assert sample("raven_agent_service_endpoint_connects_total", {"result": "ok"}) == 1
-        finally:
-            if agent is not None:
-                await agent.stop()
-            await gateway.stop()
     await gen.aclose()
 
 
