@@ -14,10 +14,12 @@ This module: free ports, keys and configs, an echo server, polling (``wait_for``
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -151,3 +153,13 @@ def raven_cmd() -> list[str]:
     """The ``raven`` command of this environment (its script, else ``python -m raven.cli``)."""
     script = Path(sys.executable).parent / "raven"
     return [str(script)] if script.exists() else [sys.executable, "-m", "raven.cli"]
+
+
+def load_script(path: Path) -> ModuleType:
+    """A Python script of the repository (``scripts/gen_*.py``, ``compose/gen_keys.py``), loaded
+    as a module named after its file."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -11,7 +11,6 @@ What is not: that the images build and the containers start (no Docker engine he
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
@@ -29,6 +28,7 @@ from raven import keys
 from raven.cli import build_parser
 from raven.config import load_agent_config, load_gateway_config
 from raven.config.common import parse_hostport
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -58,11 +58,7 @@ def compose() -> dict[str, Any]:
 
 
 def load_gen_keys() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_keys", COMPOSE_DIR / "gen_keys.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(COMPOSE_DIR / "gen_keys.py")
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 from raven.config import AgentConfig, GatewayConfig
 from raven.config.loader import describe
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"
 
 
 def generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gen_config_docs", ROOT / "scripts/gen_config_docs.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts/gen_config_docs.py")
 
 
 def test_configuration_reference_is_up_to_date() -> None:

@@ -11,7 +11,6 @@ every object is validated (kubernetes-validate strict, CRD schemas) and every wo
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +20,7 @@ import pytest
 import yaml
 from coredns_hosts.sources.kubernetes import DEFAULT_SERVICE
 
+from tests.helpers import load_script
 from tests.unit.test_deploy_common import (
     ROOT,
     check_workloads,
@@ -40,13 +40,7 @@ SUPPORTED = {"apiVersion", "kind", "resources", "images"}
 
 
 def gen_manifests() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gen_manifests", ROOT / "scripts/gen_manifests.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts/gen_manifests.py")
 
 
 def build(path: Path) -> list[dict[str, Any]]:
