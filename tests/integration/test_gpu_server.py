@@ -315,12 +315,6 @@ def test_cli_without_nvml_names_the_fix(capsys: pytest.CaptureFixture[str]) -> N
     assert "install the NVIDIA driver" in err and "--simulate" in err
 
 
-RUNNER = (
-    "import sys, argparse\nfrom gpu_exporter import cli\np = argparse.ArgumentParser()\n"
-    "cli.register(p.add_subparsers())\na = p.parse_args(sys.argv[1:])\nsys.exit(a.func(a))\n"
-)
-
-
 @pytest.fixture
 def cli_process() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     port = free_port()
@@ -328,9 +322,8 @@ def cli_process() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-c",
-            RUNNER,
-            "gpu-exporter",
+            "-m",
+            "gpu_exporter",  # its own entry point, the flags of `raven gpu-exporter`
             "--simulate",
             "2",
             "-a",
