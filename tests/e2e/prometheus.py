@@ -54,6 +54,25 @@ def http_sd_job(name: str, url: str, *, refresh_s: float = 2.0, **extra: Any) ->
     }
 
 
+def api_data(target: str, status: int, body: bytes) -> Any:
+    """The ``data`` of a Prometheus API answer to ``target``; PrometheusError for an error."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        text = body.decode(errors="replace")
+        raise PrometheusError(f"{target}: HTTP {status}: {text[:300]}") from None
+    if status != 200 or doc.get("status") != "success":
+        raise PrometheusError(f"{target}: HTTP {status}: {doc}")
+    return doc["data"]
+
+
+def vector(promql: str, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The samples of an instant query's ``data``: ``{"metric": {...}, "value": [ts, "v"]}``."""
+    if data.get("resultType") != "vector":
+        raise PrometheusError(f"{promql}: expected a vector, got {data.get('resultType')}")
+    return list(data["result"])
+
+
 class Prometheus:
     """One Prometheus server in ``ns`` listening on ``listen`` (host:port inside ``ns``)."""
 
@@ -125,20 +144,11 @@ class Prometheus:
         """GET an API path; the decoded ``data`` of a success, PrometheusError otherwise."""
         target = path + ("?" + urllib.parse.urlencode(params) if params else "")
         result = self.ns.http(self.host, self.port, target, timeout_s=10.0)
-        try:
-            doc = json.loads(result.body)
-        except ValueError:
-            raise PrometheusError(f"{target}: HTTP {result.status}: {result.text[:300]}") from None
-        if result.status != 200 or doc.get("status") != "success":
-            raise PrometheusError(f"{target}: HTTP {result.status}: {doc}")
-        return doc["data"]
+        return api_data(target, result.status, result.body)
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """An instant query: a list of ``{"metric": {...}, "value": [ts, "v"]}``."""
-        data = self.get("/api/v1/query", {"query": promql})
-        if data.get("resultType") != "vector":
-            raise PrometheusError(f"{promql}: expected a vector, got {data.get('resultType')}")
-        return list(data["result"])
+        return vector(promql, self.get("/api/v1/query", {"query": promql}))
 
     def query_values(self, promql: str, by: Sequence[str]) -> dict[tuple[str, ...], float]:
         """An instant query as ``{(label values in ``by`` order): value}``."""

@@ -36,6 +36,7 @@ import pytest
 import yaml
 
 from gpu_exporter.simulated import MODELS, SHARING_MODES, SimulatedBackend, tenants_of
+from tests.e2e.prometheus import api_data, static_job, vector
 from tests.helpers import free_port, require
 
 pytestmark = pytest.mark.e2e
@@ -161,11 +162,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [
-                {
-                    "job_name": "dcgm",
-                    "scrape_interval": "1s",
-                    "static_configs": [{"targets": [f"{host}:{n.port}" for n in fleet]}],
-                }
+                static_job("dcgm", [f"{host}:{n.port}" for n in fleet], scrape_interval="1s")
             ],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -192,10 +189,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def query(base: str, promql: str) -> list[dict[str, Any]]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    answer = json.loads(http_get(url))
-    assert answer["status"] == "success", answer
-    return list(answer["data"]["result"])
+    target = "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    return vector(promql, api_data(target, 200, http_get(base + target)))
 
 
 def wait_for(base: str, promql: str, deadline_s: float = 60.0) -> list[dict[str, Any]]:
