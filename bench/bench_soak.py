@@ -406,7 +406,11 @@ async def load(lab: Lab, args: argparse.Namespace, tally: Tally) -> None:
             source = "127.0.3.1" if kind == "many-requests" else f"127.0.2.{1 + k * 20 + j}"
             tasks.append(hostile_client(kind, p.proxy, p.target, source, stop, tally))
     tasks.append(hostile_agent(lab, stop, tally, register))
-    await asyncio.gather(*tasks)
+    running = [asyncio.ensure_future(t) for t in tasks]
+    await asyncio.wait(running, timeout=stop - time.monotonic())
+    for task in running:  # clients holding a connection at the end: cut, not waited for
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
 
 
 def start(lab: Lab) -> None:
