@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -90,10 +89,11 @@ async def _start(
 
 async def _stop(task: asyncio.Task[None], api: Any) -> None:
     task.cancel()
-    started = time.monotonic()
+    # a hang detector, not a timing assertion: a watcher that ignores cancellation never ends
+    done, _ = await asyncio.wait({task}, timeout=30)
+    assert done, "cancelling the watcher must not hang"
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert time.monotonic() - started < 3.0, "cancelling the watcher must not hang"
     await api.close()
 
 
@@ -357,9 +357,7 @@ async def test_agent_registers_kubernetes_nodes_at_the_gateway(tmp_path: Path) -
 
             await wait_for(lambda: registered() == {"edge-k8s-1"}, timeout_s=10)
             kube.put_node("edge-k8s-2", EDGE, "127.0.0.1")
-            started = time.monotonic()
             await wait_for(lambda: registered() == {"edge-k8s-1", "edge-k8s-2"}, timeout_s=10)
-            assert time.monotonic() - started < 5
             kube.relabel("nodes", "edge-k8s-1", OTHER)
             await wait_for(lambda: registered() == {"edge-k8s-2"}, timeout_s=10)
             assert agent.relay.nodes == {"edge-k8s-2": "127.0.0.1"}

@@ -157,7 +157,8 @@ async def test_stop_cancels_after_grace() -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
         await proxy.stop(grace_s=0.2)
-        assert loop.time() - start < 1.0
+        # the grace period ended the 10 s request (a wide margin: which bound applied, not speed)
+        assert loop.time() - start < 5.0
         writer.close()
 
 
@@ -199,9 +200,10 @@ async def test_direct_opener_connect_timeout() -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
         with pytest.raises(StreamOpenError) as info:
-            await opener.open_stream("edge-1", port, timeout_s=5)
+            await opener.open_stream("edge-1", port, timeout_s=30)
         assert info.value.reason is OpenFailure.TARGET_TIMEOUT
-        assert loop.time() - start < 1.0
+        # the 0.3 s connect timeout applied, not the 30 s request deadline (a wide margin)
+        assert loop.time() - start < 15.0
     finally:
         for c in fillers:
             c.close()
