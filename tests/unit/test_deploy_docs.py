@@ -14,7 +14,7 @@ from tests.unit.test_deploy_grafana import defined_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-MINE = ["concepts.md", "kubernetes.md", "operations.md", "troubleshooting.md"]
+MINE = ["concepts.md", "kubernetes.md", "operations.md", "troubleshooting.md", "backfill.md"]
 
 
 def table_rows(text: str, heading: str) -> list[str]:

@@ -21,8 +21,12 @@ from coredns_hosts.metrics import HostsMetrics
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from cloud_gateway.backfill.receiver import BackfillMetrics as GatewayBackfillMetrics
 from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.proxy.metrics import ProxyMetrics
+from edge_agent.backfill.learn import TargetTable
+from edge_agent.backfill.metrics import BackfillMetrics as AgentBackfillMetrics
+from edge_agent.backfill.store import Totals
 from edge_agent.relay import RelayMetrics
 from raven.l3.metrics import L3Metrics
 from raven.metrics import TunnelMetrics
@@ -73,6 +77,9 @@ def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     HostsMetrics(registry)
     GatewayMetrics(registry)
     RelayMetrics(registry)
+    GatewayBackfillMetrics(registry)
+    table = TargetTable(max_targets=1, forget_after_s=1.0, keep_while_down_s=1.0)
+    AgentBackfillMetrics(registry, Totals, table, dict)
     registry.register(BuildInfoCollector())
     out: dict[str, tuple[str, set[str]]] = {}
     for collector in list(registry._collector_to_names):
