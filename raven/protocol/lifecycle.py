@@ -131,11 +131,13 @@ for _state in _LIVE:
 #: Tunnel states in which no new stream may be opened either way.
 DRAINING_STATES = frozenset(_DRAINING)
 
-_S = TypeVar("_S", ChannelState, TunnelState)
-_In = TypeVar("_In", ChannelInput, TunnelInput)
+_S = TypeVar("_S", bound=enum.Enum)
+_In = TypeVar("_In", bound=enum.Enum)
 
 
-def _move(table: dict[tuple[_S, _In], _S], what: str, state: _S, event: _In) -> _S:
+def transition(table: dict[tuple[_S, _In], _S], what: str, state: _S, event: _In) -> _S:
+    """One lookup in a state table (stream, channel or tunnel); a missing cell is an illegal
+    move: RemoteProtocolError for the peer's input (``RECV_*``), LocalProtocolError for ours."""
     try:
         return table[(state, event)]
     except KeyError:
@@ -147,9 +149,9 @@ def _move(table: dict[tuple[_S, _In], _S], what: str, state: _S, event: _In) -> 
 
 def next_channel_state(state: ChannelState, event: ChannelInput) -> ChannelState:
     """The channel table lookup; raises Local/RemoteProtocolError on an illegal move."""
-    return _move(CHANNEL_TRANSITIONS, "channel", state, event)
+    return transition(CHANNEL_TRANSITIONS, "channel", state, event)
 
 
 def next_tunnel_state(state: TunnelState, event: TunnelInput) -> TunnelState:
     """The tunnel table lookup; raises Local/RemoteProtocolError on an illegal move."""
-    return _move(TUNNEL_TRANSITIONS, "tunnel", state, event)
+    return transition(TUNNEL_TRANSITIONS, "tunnel", state, event)

@@ -21,6 +21,7 @@ import enum
 from collections import deque
 
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.lifecycle import transition
 
 
 class StreamState(enum.Enum):
@@ -113,13 +114,7 @@ MAX_SEND_CREDIT = 0xFFFFFFFF
 
 def next_state(state: StreamState, event: StreamInput) -> StreamState:
     """The table lookup; raises Local/RemoteProtocolError on an illegal transition."""
-    try:
-        return TRANSITIONS[(state, event)]
-    except KeyError:
-        message = f"{event.value} is not allowed on a stream in state {state.value}"
-        if event.local:
-            raise LocalProtocolError(message) from None
-        raise RemoteProtocolError(message) from None
+    return transition(TRANSITIONS, "stream", state, event)
 
 
 class Stream:
