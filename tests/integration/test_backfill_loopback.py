@@ -89,6 +89,28 @@ async def start_target(counter: list[int]) -> web.AppRunner:
     return runner
 
 
+def backfill_configs(
+    tmp_path: Path, prom_port: int, target_port: int, job: str, agent_backfill: dict[str, Any]
+) -> tuple[Any, Any]:
+    """A gateway writing backfill to the Prometheus on ``prom_port`` and an agent serving
+    edge-node-1 (the target on ``target_port``) with its own backfill settings."""
+    gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
+    tunnel_port = free_port()
+    gw_cfg = gateway_config(
+        tmp_path, gw, [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}],
+        tunnel_listen=f"127.0.0.1:{tunnel_port}",
+        backfill={"enabled": True,
+                  "remote_write_url": f"http://127.0.0.1:{prom_port}/api/v1/write",
+                  "jobs": [{"port": target_port, "job": job}]},
+    )  # fmt: skip
+    ag_cfg = agent_config(
+        ag, gw, f"127.0.0.1:{tunnel_port}", {"edge-node-1": "127.0.0.1"},
+        allowed_ports=[target_port],
+        backfill={"enabled": True, "dir": str(tmp_path / "buffer"), **agent_backfill},
+    )  # fmt: skip
+    return gw_cfg, ag_cfg
+
+
 async def test_outage_backfilled_into_real_prometheus(tmp_path: Path) -> None:
     require(os.path.exists(PROMETHEUS) and shutil.which("prometheus") is not None,
             "prometheus not installed (scripts/setup installs it as root)")  # fmt: skip
@@ -97,20 +119,7 @@ async def test_outage_backfilled_into_real_prometheus(tmp_path: Path) -> None:
     target = await start_target(counter)
     target_port = free_port()
     await web.TCPSite(target, "127.0.0.1", target_port).start()
-    gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
-    tunnel_port = free_port()
-    gw_cfg = gateway_config(
-        tmp_path, gw, [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}],
-        tunnel_listen=f"127.0.0.1:{tunnel_port}",
-        backfill={"enabled": True,
-                  "remote_write_url": f"http://127.0.0.1:{prom.port}/api/v1/write",
-                  "jobs": [{"port": target_port, "job": "edge-node"}]},
-    )  # fmt: skip
-    ag_cfg = agent_config(
-        ag, gw, f"127.0.0.1:{tunnel_port}", {"edge-node-1": "127.0.0.1"},
-        allowed_ports=[target_port],
-        backfill={"enabled": True, "dir": str(tmp_path / "buffer")},
-    )  # fmt: skip
+    gw_cfg, ag_cfg = backfill_configs(tmp_path, prom.port, target_port, "edge-node", {})
     gateway = GatewayApp(gw_cfg)
     agent = AgentApp(ag_cfg)
     try:
@@ -213,21 +222,11 @@ async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path) -> None:
     require(os.path.exists(PROMETHEUS), "prometheus not installed (scripts/setup installs it)")
     prom = PromProcess(tmp_path)
     target, target_port = await start_big_target()
-    gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
-    tunnel_port = free_port()
-    gw_cfg = gateway_config(
-        tmp_path, gw, [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}],
-        tunnel_listen=f"127.0.0.1:{tunnel_port}",
-        backfill={"enabled": True,
-                  "remote_write_url": f"http://127.0.0.1:{prom.port}/api/v1/write",
-                  "jobs": [{"port": target_port, "job": "cap"}]},
-    )  # fmt: skip
-    ag_cfg = agent_config(
-        ag, gw, f"127.0.0.1:{tunnel_port}", {"edge-node-1": "127.0.0.1"},
-        allowed_ports=[target_port],
-        backfill={"enabled": True, "dir": str(tmp_path / "buffer"), "max_bytes": 10 * MIB,
-                  "targets": [{"node": "edge-node-1", "port": target_port,
-                               "interval_s": 0.2, "timeout_s": 0.2}]},
+    gw_cfg, ag_cfg = backfill_configs(
+        tmp_path, prom.port, target_port, "cap",
+        {"max_bytes": 10 * MIB,
+         "targets": [{"node": "edge-node-1", "port": target_port,
+                      "interval_s": 0.2, "timeout_s": 0.2}]},
     )  # fmt: skip
     agent = AgentApp(ag_cfg)
     gateway = GatewayApp(gw_cfg)
