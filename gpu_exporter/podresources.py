@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from raven.protobuf import len_field
+
 __all__ = [
     "DEFAULT_SOCKET",
     "LIST_METHOD",
@@ -155,22 +157,6 @@ def decode_list_response(data: bytes) -> list[PodResources]:
     return pods
 
 
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _len_field(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
-
-
 def encode_list_response(pods: Sequence[PodResources]) -> bytes:
     """The wire form of a List response (for fakes of the kubelet in tests and demos)."""
     out = bytearray()
@@ -178,15 +164,15 @@ def encode_list_response(pods: Sequence[PodResources]) -> bytes:
         by_container: dict[str, list[ContainerDevices]] = {}
         for d in pod.devices:
             by_container.setdefault(d.container, []).append(d)
-        body = _len_field(1, pod.name.encode()) + _len_field(2, pod.namespace.encode())
+        body = len_field(1, pod.name.encode()) + len_field(2, pod.namespace.encode())
         for container, devs in by_container.items():
-            c = _len_field(1, container.encode())
+            c = len_field(1, container.encode())
             for d in devs:
-                dev = _len_field(1, d.resource_name.encode())
-                dev += b"".join(_len_field(2, i.encode()) for i in d.device_ids)
-                c += _len_field(2, dev)
-            body += _len_field(3, c)
-        out += _len_field(1, body)
+                dev = len_field(1, d.resource_name.encode())
+                dev += b"".join(len_field(2, i.encode()) for i in d.device_ids)
+                c += len_field(2, dev)
+            body += len_field(3, c)
+        out += len_field(1, body)
     return bytes(out)
 
 

@@ -16,35 +16,18 @@ from collections.abc import Iterable, Sequence
 import aiohttp
 import cramjam
 
+from raven.protobuf import encode_varint, len_field
+
 Labels = tuple[tuple[str, str], ...]
 Series = tuple[Labels, Sequence[tuple[int, float]]]  # sorted labels, (ts_ms, value) sorted
 
 _DOUBLE = struct.Struct("<d")
 
 
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64  # int64 as two's complement, 10 bytes
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 @functools.lru_cache(maxsize=65536)
 def _label(name: str, value: str) -> bytes:
     """One encoded ``TimeSeries.labels`` entry (the same pairs recur in every request)."""
-    return _field(1, _field(1, name.encode()) + _field(2, value.encode()))
+    return len_field(1, len_field(1, name.encode()) + len_field(2, value.encode()))
 
 
 def encode_write_request(series: Iterable[Series]) -> bytes:
@@ -54,12 +37,12 @@ def encode_write_request(series: Iterable[Series]) -> bytes:
         for name, value in labels:
             ts += _label(name, value)
         for t_ms, v in samples:
-            varint = _varint(t_ms)
+            varint = encode_varint(t_ms)
             # Sample: 0x09 double (9 bytes) + 0x10 varint; a field of 10 + len(varint) bytes
             ts += (
                 b"\x12" + bytes((10 + len(varint),)) + b"\x09" + _DOUBLE.pack(v) + b"\x10" + varint
             )
-        out += _field(1, bytes(ts))
+        out += len_field(1, bytes(ts))
     return bytes(out)
 
 
