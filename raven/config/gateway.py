@@ -106,6 +106,16 @@ class ProxyConfig:
         "accept (counted, one log line). Empty: every client.",
         default_factory=list,
     )
+    max_refusals_per_client_per_s: int = doc(
+        "A client refused with 429 more often than this within one second (it retries at once, "
+        "ignoring Retry-After) has its new connections reset at accept, before a byte is read, "
+        "for refusal_penalty_s (counted as client_penalised). 0: no penalty.",
+        default=50,
+    )
+    refusal_penalty_s: float = doc(
+        "How long a client over max_refusals_per_client_per_s has its connections reset.",
+        default=1.0,
+    )
     max_streams_per_node: int = doc(
         "Requests (and CONNECT tunnels) in flight to one node; beyond it: 503 with Retry-After "
         "(no client can take all of a tunnel's streams).",
@@ -116,6 +126,8 @@ class ProxyConfig:
         check_hostport("http_listen", self.http_listen)
         for prefix in self.allowed_clients:
             parse_prefix(prefix)
+        if self.max_refusals_per_client_per_s < 0 or self.refusal_penalty_s < 0:
+            raise ValueError("max_refusals_per_client_per_s and refusal_penalty_s must be >= 0")
 
 
 @dataclass(frozen=True)

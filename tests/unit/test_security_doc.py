@@ -18,6 +18,7 @@ _GATEWAY = ["handshake_rate_per_s", "handshake_burst", "max_half_open_handshakes
             "admin_listen", "admin_token_file"]  # fmt: skip
 _PROXY = ["header_timeout_s", "max_header_bytes", "idle_timeout_s", "max_connections",
           "default_timeout_s", "max_timeout_s", "max_requests_per_client",
+          "max_refusals_per_client_per_s", "refusal_penalty_s",
           "max_streams_per_node", "allowed_clients"]  # fmt: skip
 
 
