@@ -143,6 +143,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=120)
     ap.add_argument("--hold-s", type=float, default=20.0)
     ap.add_argument("--settle-s", type=float, default=10.0)
+    ap.add_argument("--attacks", nargs="+", choices=list(ATTACKS), default=list(ATTACKS))
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 4096 <= hard:
@@ -152,7 +153,7 @@ def main() -> None:
     try:
         start(lab)
         time.sleep(5)
-        results = {kind: asyncio.run(one_attack(kind, lab, args)) for kind in ATTACKS}
+        results = {kind: asyncio.run(one_attack(kind, lab, args)) for kind in args.attacks}
         report(results, lab, args)
     finally:
         lab.procs.stop_all()

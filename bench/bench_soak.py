@@ -2,7 +2,7 @@
 hostile) and one hostile authorised agent work on the same gateway. All on loopback.
 
     targets (aiohttp, 127.0.0.1) <-- `raven agent` "busy"    ==tunnel==+
-                                 <-- `raven agent` "watched" ==tunnel==+== `raven gateway`
+    own targets (aiohttp)        <-- `raven agent` "watched" ==tunnel==+== `raven gateway`
                   hostile agent "hostile" (in this process) ==tunnel==+     ^ proxy
     Prometheus --proxy_url--> scrapes the watched site's nodes every 1 s ----+
     1,000 clients (this process) -----------------------------------------------+
@@ -98,6 +98,8 @@ def watched(i: int) -> str:
 @dataclass
 class Ports:
     target: int = field(default_factory=free_port)
+    #: the watched site's own exporters (sites never share target processes)
+    watched_target: int = field(default_factory=free_port)
     prom: int = field(default_factory=free_port)
     proxy: int = field(default_factory=free_port)
     tunnel: int = field(default_factory=free_port)
@@ -135,9 +137,10 @@ def write_configs(tmp: Path, p: Ports) -> Lab:
             "private_key_file": str(tmp / f"{name}.key"), "gateway": f"127.0.0.1:{p.tunnel}",
             "gateway_public_key": encode_key(public_key(gw)),
             "nodes": {node(i): "127.0.0.1" for i in range(count)},
-            "allowed_ports": [p.target], "admin_listen": f"127.0.0.1:{p.admin[name]}",
+            "allowed_ports": [p.watched_target if name == "watched" else p.target],
+            "admin_listen": f"127.0.0.1:{p.admin[name]}",
         }))  # fmt: skip
-    targets = [f"{watched(i)}:{p.target}" for i in range(WATCHED_NODES)]
+    targets = [f"{watched(i)}:{p.watched_target}" for i in range(WATCHED_NODES)]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [{"job_name": "watched", "proxy_url": f"http://127.0.0.1:{p.proxy}",
@@ -416,6 +419,7 @@ async def load(lab: Lab, args: argparse.Namespace, tally: Tally) -> None:
 def start(lab: Lab) -> None:
     p = lab.ports
     lab.procs.start("targets", [sys.executable, "-c", TARGETS_CODE, str(p.target)])
+    lab.procs.start("watched-targets", [sys.executable, "-c", TARGETS_CODE, str(p.watched_target)])
     lab.procs.start("gateway", [*RAVEN, "gateway", "--config", str(lab.tmp / "gateway.yaml")])
     for site in ("busy", "watched"):
         lab.procs.start(site, [*RAVEN, "agent", "--config", str(lab.tmp / f"{site}.yaml")])

@@ -16,7 +16,12 @@ from raven.logthrottle import LogThrottle
 from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.connection import TunnelConnection
+from raven.protocol.connection import (
+    HANDSHAKE_TIMEOUT_REASON,
+    UNCONFIRMED_REASON,
+    TunnelConnection,
+)
+from raven.protocol.errors import BAD_RECORD_REASON, HANDSHAKE_REJECTIONS
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
 from raven.protocol.ratelimit import RateLimiter
@@ -24,6 +29,9 @@ from raven.protocol.secure_channel import Role
 from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
+
+#: Why a tunnel that never authenticated was closed AUTH_FAILED, as handshake metric labels.
+_UNAUTHENTICATED = HANDSHAKE_REJECTIONS | {HANDSHAKE_TIMEOUT_REASON, UNCONFIRMED_REASON}
 
 #: Called when an agent's tunnel is up (session) or gone (None), e.g. to attach L3.
 SessionHook = Callable[[AgentSession, bool], None]
@@ -214,11 +222,14 @@ class TunnelListener:
         if session is None:
             # never authenticated: one line, a metric, no answer was given
             if event.code is CloseCode.AUTH_FAILED:
-                self.metrics.handshakes.labels(event.reason or "rejected").inc()
+                # a rejection's reason is a label; anything else is a record that failed
+                # authentication (free text, never a label value)
+                label = event.reason if event.reason in _UNAUTHENTICATED else BAD_RECORD_REASON
+                self.metrics.handshakes.labels(label).inc()
                 self.log_throttle.log(
                     log,
                     logging.WARNING,
-                    f"handshake rejected {event.reason}",
+                    f"handshake rejected {label}",
                     "handshake rejected",
                     extra=fields(peer=tunnel.peer, reason=event.reason),
                 )

@@ -26,7 +26,7 @@ class TunnelMetrics:
         self.handshakes = Counter(
             "raven_handshakes_total",
             "Tunnel handshakes by result (ok, unknown_key, decrypt_failed, replay, "
-            "rate_limited, malformed, timeout, ...).",
+            "rate_limited, malformed, bad_record, unconfirmed, handshake_timeout, ...).",
             ["result"],
             registry=registry,
         )
