@@ -24,37 +24,43 @@ _WORDS8 = struct.Struct("<8I")
 _WORDS4 = struct.Struct("<4I")
 
 
-def _rotl(value: int, bits: int) -> int:
-    return ((value << bits) | (value >> (32 - bits))) & _MASK
-
-
-def _quarter_round(x: list[int], a: int, b: int, c: int, d: int) -> None:
-    x[a] = (x[a] + x[b]) & _MASK
-    x[d] = _rotl(x[d] ^ x[a], 16)
-    x[c] = (x[c] + x[d]) & _MASK
-    x[b] = _rotl(x[b] ^ x[c], 12)
-    x[a] = (x[a] + x[b]) & _MASK
-    x[d] = _rotl(x[d] ^ x[a], 8)
-    x[c] = (x[c] + x[d]) & _MASK
-    x[b] = _rotl(x[b] ^ x[c], 7)
+def _quarter_round(a: int, b: int, c: int, d: int) -> tuple[int, int, int, int]:
+    m = _MASK
+    a = (a + b) & m
+    d ^= a
+    d = ((d << 16) | (d >> 16)) & m
+    c = (c + d) & m
+    b ^= c
+    b = ((b << 12) | (b >> 20)) & m
+    a = (a + b) & m
+    d ^= a
+    d = ((d << 8) | (d >> 24)) & m
+    c = (c + d) & m
+    b ^= c
+    b = ((b << 7) | (b >> 25)) & m
+    return a, b, c, d
 
 
 def hchacha20(key: bytes, nonce16: bytes) -> bytes:
     """The 32-byte HChaCha20 subkey of a 32-byte key and a 16-byte nonce (draft section 2.2):
-    the ChaCha20 block function without the final addition, words 0-3 and 12-15 out."""
+    the ChaCha20 block function without the final addition, words 0-3 and 12-15 out.
+    The state lives in locals (about twice as fast in CPython as indexing a list)."""
     if len(key) != 32 or len(nonce16) != 16:
         raise ValueError("HChaCha20 takes a 32-byte key and a 16-byte nonce")
-    x = [*_SIGMA, *_WORDS8.unpack(key), *_WORDS4.unpack(nonce16)]
+    x0, x1, x2, x3 = _SIGMA
+    x4, x5, x6, x7, x8, x9, x10, x11 = _WORDS8.unpack(key)
+    x12, x13, x14, x15 = _WORDS4.unpack(nonce16)
+    qr = _quarter_round
     for _ in range(10):
-        _quarter_round(x, 0, 4, 8, 12)
-        _quarter_round(x, 1, 5, 9, 13)
-        _quarter_round(x, 2, 6, 10, 14)
-        _quarter_round(x, 3, 7, 11, 15)
-        _quarter_round(x, 0, 5, 10, 15)
-        _quarter_round(x, 1, 6, 11, 12)
-        _quarter_round(x, 2, 7, 8, 13)
-        _quarter_round(x, 3, 4, 9, 14)
-    return _WORDS4.pack(*x[0:4]) + _WORDS4.pack(*x[12:16])
+        x0, x4, x8, x12 = qr(x0, x4, x8, x12)  # columns
+        x1, x5, x9, x13 = qr(x1, x5, x9, x13)
+        x2, x6, x10, x14 = qr(x2, x6, x10, x14)
+        x3, x7, x11, x15 = qr(x3, x7, x11, x15)
+        x0, x5, x10, x15 = qr(x0, x5, x10, x15)  # diagonals
+        x1, x6, x11, x12 = qr(x1, x6, x11, x12)
+        x2, x7, x8, x13 = qr(x2, x7, x8, x13)
+        x3, x4, x9, x14 = qr(x3, x4, x9, x14)
+    return _WORDS8.pack(x0, x1, x2, x3, x12, x13, x14, x15)
 
 
 def _aead(key: bytes, nonce: bytes) -> tuple[ChaCha20Poly1305, bytes]:
