@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,9 +23,11 @@ from raven.protocol.connection import (
     UNCONFIRMED_REASON,
     TunnelConnection,
 )
+from raven.protocol.cookie import CookieResponder
 from raven.protocol.errors import BAD_RECORD_REASON, HANDSHAKE_REJECTIONS
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
+from raven.protocol.noise import public_key
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
 from raven.transport.tunnel import Tunnel, TunnelStream
@@ -54,6 +58,7 @@ class TunnelListener:
         handshake_rate_per_s: float,
         handshake_burst: int,
         max_half_open: int = 1024,
+        load_threshold: int = 64,
     ) -> None:
         self.host, self.port = parse_hostport(listen)
         self.static_private = static_private
@@ -65,6 +70,9 @@ class TunnelListener:
         self.rate = RateLimiter(rate_per_s=handshake_rate_per_s, burst=handshake_burst)
         #: connections still in their handshake, over all sources, at most
         self.max_half_open = max_half_open
+        #: handshakes in progress above which initiations must carry a cookie (0: always)
+        self.load_threshold = load_threshold
+        self.cookies = CookieResponder(public_key(static_private), under_load=self._under_load)
         self.tunnels: set[Tunnel] = set()
         self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
@@ -96,6 +104,7 @@ class TunnelListener:
             psk=self.psk,
             authorize=self.registry.authorize,
             replay_guard=self.replay_guard,
+            cookies=self.cookies,
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit)
         tunnel.on_event = lambda event: self._on_event(tunnel, event)
@@ -120,10 +129,17 @@ class TunnelListener:
         agent = self.registry.agent_for_key(public_key)
         return agent is not None and agent.name in self.registry.sessions
 
+    def _half_open(self) -> int:
+        return len(self.tunnels) - len(self._sessions)
+
+    def _under_load(self) -> bool:
+        """Cookie replies instead of DH above ``load_threshold`` handshakes in progress."""
+        return self._half_open() > self.load_threshold
+
     def _admit(self, tunnel: Tunnel) -> bool:
         """Bound half-open handshakes globally and rate-limit them per source address,
         before reading a byte (the handshake's DH is the expensive part)."""
-        if len(self.tunnels) - len(self._sessions) > self.max_half_open:
+        if self._half_open() > self.max_half_open:
             self.metrics.handshakes.labels("overloaded").inc()
             self.log_throttle.log(log, logging.WARNING, "handshakes overloaded",
                                   "too many handshakes in progress, closing peer=%s limit=%d",
@@ -131,6 +147,8 @@ class TunnelListener:
             return False
         host = tunnel.peer.rsplit(":", 1)[0]
         if self.rate.allow(host, time.monotonic()):
+            with contextlib.suppress(ValueError):  # no peer address: cookies bind to b""
+                tunnel.conn.set_source_address(ipaddress.ip_address(host.strip("[]")).packed)
             return True
         self.metrics.handshakes.labels("rate_limited").inc()
         self.log_throttle.log(
@@ -159,6 +177,8 @@ class TunnelListener:
                 self.metrics.rtt_hist.observe(event.rtt_s)
         elif isinstance(event, ev.StreamReset):
             self.metrics.stream_resets.labels(event.code.label).inc()
+        elif isinstance(event, ev.CookieReplied):
+            self.metrics.cookie_replies.inc()
         elif isinstance(event, ev.ConnectionTerminated):
             self._on_closed(tunnel, event)
 

@@ -24,6 +24,7 @@ from raven.logs import fields
 from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.connection import TunnelConnection
+from raven.protocol.cookie import CookieJar
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
 from raven.transport.tunnel import StreamHandler, Tunnel
@@ -114,6 +115,8 @@ class GatewayLink:
         self.on_tunnel = on_tunnel
         self.on_datagram = on_datagram
         self.rng = rng or random.Random()
+        #: the gateway replica's last cookie (under load), kept across reconnects for 120 s
+        self.cookie_jar = CookieJar()
         self.tunnel: Tunnel | None = None
         self.attempt = 0
         self.connects = 0
@@ -197,6 +200,7 @@ class GatewayLink:
             limits=self.settings.limits,
             now=loop.time(),
             wall_time_ns=time.time_ns(),
+            cookie_jar=self.cookie_jar,
         )
         tunnel = Tunnel(
             conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label
@@ -256,6 +260,8 @@ class GatewayLink:
             self.metrics.rtt_hist.observe(event.rtt_s)
         elif isinstance(event, ev.StreamReset):
             self.metrics.stream_resets.labels(event.code.label).inc()
+        elif isinstance(event, ev.CookieReplied):
+            self.metrics.cookie_replies.inc()
 
 
 class Dialer:

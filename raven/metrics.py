@@ -52,6 +52,12 @@ class TunnelMetrics:
             [p],
             registry=registry,
         )
+        self.cookie_replies = Counter(
+            "raven_handshake_cookie_replies_total",
+            "Handshake cookie replies: sent by the gateway under handshake load instead of a "
+            "Diffie-Hellman, accepted by the agent (which then initiates again with mac2).",
+            registry=registry,
+        )
         self.tunnel_closes = Counter(
             "raven_tunnel_closes_total", "Tunnels closed by reason.", ["reason"], registry=registry
         )

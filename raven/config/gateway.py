@@ -168,6 +168,13 @@ class GatewayConfig:
         "`overloaded`) until some complete or time out.",
         default=1024,
     )
+    handshake_load_threshold: int = doc(
+        "Handshakes in progress (tunnel connections without confirmed keys, over all "
+        "sources) above which the gateway is under load: it then answers an initiation with "
+        "a cookie reply instead of a Diffie-Hellman unless its mac2 proves a cookie for its "
+        "address (docs/protocol-handshake.md). 0: always under load.",
+        default=64,
+    )
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
     backfill: GatewayBackfillConfig = doc(
         "Write agents' backfill to Prometheus (docs/backfill.md).",
@@ -178,6 +185,8 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         check_hostport("tunnel_listen", self.tunnel_listen)
         check_hostport("admin_listen", self.admin_listen)
+        if self.handshake_load_threshold < 0:
+            raise ValueError("handshake_load_threshold must be 0 (always under load) or more")
         keys: set[str] = set()
         names: set[str] = set()
         for a in self.agents:

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.cookie import CookieJar, CookieResponder
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
-from raven.protocol.events import Event, HandshakeCompleted
+from raven.protocol.events import CookieReplied, Event, HandshakeCompleted
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
@@ -50,6 +51,8 @@ class TunnelConnection:
         wall_time_ns: int | None = None,
         authorize: Callable[[bytes], bool] | None = None,
         replay_guard: ReplayGuard | None = None,
+        cookies: CookieResponder | None = None,
+        cookie_jar: CookieJar | None = None,
     ) -> None:
         self._role = role
         self._limits = limits
@@ -64,6 +67,8 @@ class TunnelConnection:
             wall_time_ns=wall_time_ns,
             authorize=authorize,
             replay_guard=replay_guard,
+            cookies=cookies,
+            cookie_jar=cookie_jar,
         )
         self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
 
@@ -133,6 +138,7 @@ class TunnelConnection:
         self._now = now
         if self._mux.closed:
             return
+        cookie_replies = self._channel.stats.cookie_replies
         try:
             payloads = self._channel.receive_data(data, now)
         except HandshakeRejected as rejected:  # one name per exception type (mypyc)
@@ -142,6 +148,8 @@ class TunnelConnection:
             self._fail(exc.code, str(exc))
             return
         mux = self._mux
+        if self._channel.stats.cookie_replies != cookie_replies:
+            mux.add_event(CookieReplied())
         if mux.state is TunnelState.HANDSHAKING and self._channel.handshake_complete:
             mux.confirm(now)
             remote = self._channel.remote_static
@@ -154,6 +162,10 @@ class TunnelConnection:
             self._fail(exc.code, str(exc))
         except LocalProtocolError as bug:  # a bug of ours met on the receive path
             self._fail(CloseCode.INTERNAL, f"internal error: {bug}")
+
+    def set_source_address(self, address: bytes) -> None:
+        """(responder) The initiator's packed IP address: cookies are bound to it."""
+        self._channel.set_source_address(address)
 
     def _fail(self, code: CloseCode, reason: str) -> None:
         # a CLOSE record goes out only on a tunnel whose keys were confirmed

@@ -27,7 +27,16 @@ class LocalProtocolError(ProtocolError):
 
 #: Every ``HandshakeRejected.reason``: the values of the handshake metric's ``result`` label.
 HANDSHAKE_REJECTIONS = frozenset(
-    {"malformed", "decrypt_failed", "unknown_key", "unsupported_version", "replay"}
+    {
+        "malformed",
+        "bad_mac1",
+        "cookie_required",
+        "bad_cookie_reply",
+        "decrypt_failed",
+        "unknown_key",
+        "unsupported_version",
+        "replay",
+    }
 )
 #: The label of an unauthenticated tunnel closed because a record failed authentication (the
 #: initiator's first record, which confirms the keys, was forged or garbage).

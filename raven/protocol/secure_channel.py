@@ -6,8 +6,10 @@ of ``receive_data`` and goes in with :meth:`SecureChannel.seal`. Time is an argu
 
 Wire (docs/protocol-handshake.md)::
 
-    initiator -> responder:  MAGIC "RVN1" || u16 len || handshake message 1
+    initiator -> responder:  MAGIC "RVN1" || u16 len || handshake message 1 (|| mac1 || mac2)
     responder -> initiator:  u16 len || handshake message 2
+                             (under load: u16 len || cookie reply; the initiator then sends
+                             u16 len || a fresh message 1 with mac2, on the same connection)
     then, both ways:         u16 len || record ...
 
 Anything bad the peer sends raises :class:`~raven.protocol.errors.RemoteProtocolError`
@@ -18,16 +20,12 @@ partial message (at most 2 + 65535 bytes).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from raven.protocol.channel_types import ChannelStats, Role, describe_bad_magic
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import (
-    KEY_BYTES,
-    LENGTH_PREFIX_BYTES,
-    MAGIC,
-)
+from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES, MAGIC
+from raven.protocol.cookie import COOKIE_REPLY_BYTES, CookieJar, CookieResponder
 from raven.protocol.errors import (
     HandshakeRejected,
     LocalProtocolError,
@@ -64,45 +62,6 @@ from raven.protocol.records import (
 
 __all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
 
-#: Largest frames payload :meth:`SecureChannel.seal` accepts.
-
-_HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
-
-
-class Role(enum.Enum):
-    """Which end of the tunnel: the edge agent dials (initiator), the gateway listens."""
-
-    INITIATOR = "initiator"
-    RESPONDER = "responder"
-
-
-@dataclass(slots=True)
-class ChannelStats:
-    """Counters of one channel (live object, updated in place).
-
-    Bytes are wire bytes (magic, handshake messages, length prefixes and records);
-    records include key updates.
-    """
-
-    records_sent: int = 0
-    records_received: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    rekeys_sent: int = 0
-    rekeys_received: int = 0
-    #: re-handshakes completed (new Diffie-Hellman keys inside the session)
-    rehandshakes: int = 0
-
-
-def _describe_bad_magic(start: bytes) -> str:
-    if start.startswith(_HTTP_STARTS):
-        return f"an HTTP client connected to the tunnel port (got {start!r})"
-    if start.startswith(b"\x16\x03"):
-        return "a TLS client connected to the tunnel port"
-    if start.startswith(b"SSH-"):
-        return "an SSH client connected to the tunnel port"
-    return f"not a Raven tunnel client: expected magic {MAGIC!r}, got {start!r}"
-
 
 def _refuse_all(_key: bytes) -> bool:
     return False
@@ -116,7 +75,10 @@ class SecureChannel:
     are queued at construction. Responder: ``authorize(remote_static)`` decides
     whether an agent key is known and is required (fail closed: there is no
     accept-everything default); ``replay_guard`` should be shared by all
-    connections of a listener (``None`` makes a private one).
+    connections of a listener (``None`` makes a private one), and so should
+    ``cookies`` (mac1 key, cookie secret, load rule; ``None``: never under load).
+    An initiator keeps the cookies a responder sends in ``cookie_jar``: share one
+    across the reconnects to one gateway address.
     """
 
     def __init__(
@@ -131,6 +93,8 @@ class SecureChannel:
         wall_time_ns: int | None = None,
         authorize: Callable[[bytes], bool] | None = None,
         replay_guard: ReplayGuard | None = None,
+        cookies: CookieResponder | None = None,
+        cookie_jar: CookieJar | None = None,
     ) -> None:
         if len(static_private) != KEY_BYTES or len(psk) != KEY_BYTES:
             raise ValueError("static_private and psk are 32 bytes")
@@ -142,6 +106,12 @@ class SecureChannel:
             raise ValueError("a responder needs authorize(): which agent keys are known")
         self._authorize = authorize if authorize is not None else _refuse_all
         self._replay_guard = replay_guard if replay_guard is not None else ReplayGuard()
+        if role is Role.RESPONDER and cookies is None:
+            cookies = CookieResponder(public_key(static_private))
+        self._cookies = cookies
+        self._jar = cookie_jar if cookie_jar is not None else CookieJar()
+        #: (responder) the initiator's IP address (packed), which a cookie is bound to
+        self._source = b""
         self._remote_static: bytes | None = None
         #: (responder) the accepted initiation's timestamp, recorded on confirmation
         self._timestamp: bytes | None = None
@@ -173,16 +143,27 @@ class SecureChannel:
         if wall_time_ns is None:
             raise ValueError("an initiator needs wall_time_ns for its handshake timestamp")
         self._remote_static = bytes(remote_static)
+        self._queue(MAGIC)
+        self._queue_message(self._initiation(self._now))
+        self._state = ChannelState.AWAIT_RESPONSE
+
+    def _initiation(self, now: float) -> bytes:
+        """(initiator) A fresh message 1 (new ephemeral, timestamp of ``now``, mac2 with
+        the jar's cookie while it is fresh); its state awaits the response."""
+        assert self._remote_static is not None
+        wall_ns, at = self._wall_ns
         self._pending, message = create_initiation(
             static_private=self._static_private,
             remote_static=self._remote_static,
-            wall_time_ns=wall_time_ns,
+            wall_time_ns=wall_ns + int((now - at) * 1e9),
             psk=self._psk,
+            cookie=self._jar.cookie(now),
         )
-        self._queue(MAGIC)
-        self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
-        self._queue(message)
-        self._state = ChannelState.AWAIT_RESPONSE
+        return message
+
+    def set_source_address(self, address: bytes) -> None:
+        """(responder) The initiator's packed IP address, which cookies are bound to."""
+        self._source = bytes(address)
 
     # -- properties -------------------------------------------------------------------------
 
@@ -240,6 +221,11 @@ class SecureChannel:
     def _queue(self, chunk: bytes) -> None:
         self._out.append(chunk)
         self.stats.bytes_sent += len(chunk)
+
+    def _queue_message(self, message: bytes) -> None:
+        """A handshake message (or cookie reply) with its length prefix."""
+        self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
+        self._queue(message)
 
     def data_to_send(self) -> bytes:
         """All queued wire bytes (empty when none)."""
@@ -328,7 +314,7 @@ class SecureChannel:
                 return 0  # at most 3 bytes wait for the rest of the magic
             start = bytes(view[: len(MAGIC)])
             if start != MAGIC:
-                raise RemoteProtocolError(_describe_bad_magic(start))
+                raise RemoteProtocolError(describe_bad_magic(start))
             offset = len(MAGIC)
             self._move(ChannelInput.RECV_MAGIC)
         if offset == len(view):
@@ -346,7 +332,7 @@ class SecureChannel:
                 raise HandshakeRejected(
                     f"initiation of {length} bytes, expected {INITIATION_BYTES}", "malformed"
                 )
-        elif length != RESPONSE_BYTES:
+        elif length not in (RESPONSE_BYTES, COOKIE_REPLY_BYTES):
             start = length.to_bytes(LENGTH_PREFIX_BYTES, "big")
             raise HandshakeRejected(
                 f"response of {length} bytes, expected {RESPONSE_BYTES} (starts {start!r}: "
@@ -373,19 +359,12 @@ class SecureChannel:
                     self._replay_guard.confirm(self._remote_static, self._timestamp)
             return True
         if self._state is ChannelState.AWAIT_INITIATION:
-            accepted = consume_initiation(
-                message,
-                static_private=self._static_private,
-                authorize=self._authorize,
-                replay_guard=self._replay_guard,
-                psk=self._psk,
-            )
-            self._remote_static = accepted.remote_static
-            self._timestamp = accepted.timestamp
-            response, keys = create_response(accepted)
-            self._queue(len(response).to_bytes(LENGTH_PREFIX_BYTES, "big"))
-            self._queue(response)
-            self._move(ChannelInput.RECV_INITIATION)
+            keys = self._on_initiation(bytes(message))
+            if keys is None:
+                return True  # a cookie reply went out: a new message 1 is due
+        elif len(message) == COOKIE_REPLY_BYTES:
+            self._on_cookie_reply(bytes(message))
+            return True
         else:
             assert self._pending is not None
             keys = consume_response(self._pending, message)
@@ -398,6 +377,45 @@ class SecureChannel:
             # session only then: an empty keepalive at once (as WireGuard)
             self.seal(b"", self._now)
         return True
+
+    def _on_initiation(self, message: bytes) -> SessionKeys | None:
+        """(responder) mac1 and the load rule first (no DH), then message 1 itself: the
+        response is queued and the keys returned, or, under load without a valid mac2,
+        a cookie reply is queued instead (once per connection) and None returned."""
+        cookies = self._cookies
+        assert cookies is not None
+        replied = self.stats.cookie_replies > 0
+        reply = cookies.screen(message, self._source, self._now, replied=replied)
+        if reply is not None:
+            self._move(ChannelInput.SEND_COOKIE_REPLY)
+            self._queue_message(reply)
+            self.stats.cookie_replies += 1
+            return None
+        accepted = consume_initiation(
+            message,
+            static_private=self._static_private,
+            authorize=self._authorize,
+            replay_guard=self._replay_guard,
+            psk=self._psk,
+            own_mac1_key=cookies.mac1_key,
+        )
+        self._remote_static = accepted.remote_static
+        self._timestamp = accepted.timestamp
+        response, keys = create_response(accepted)
+        self._queue_message(response)
+        self._move(ChannelInput.RECV_INITIATION)
+        return keys
+
+    def _on_cookie_reply(self, reply: bytes) -> None:
+        """(initiator) The gateway is under load: keep its cookie, send a fresh message 1
+        with mac2 on this connection (the TCP handshake already proved our address)."""
+        assert self._pending is not None and self._remote_static is not None
+        if self.stats.cookie_replies:
+            raise HandshakeRejected("a second cookie reply on one connection", "bad_cookie_reply")
+        self._jar.take_reply(reply, self._remote_static, self._pending.mac1, self._now)
+        self._move(ChannelInput.RECV_COOKIE_REPLY)
+        self.stats.cookie_replies += 1
+        self._queue_message(self._initiation(self._now))
 
     def _new_sender(self, keys: SessionKeys) -> RecordSender:
         limits = self._limits
@@ -432,14 +450,7 @@ class SecureChannel:
         if self._role is not Role.INITIATOR or self._sender is None:
             raise LocalProtocolError("only an established initiator re-handshakes")
         self._move(ChannelInput.SEND_REHANDSHAKE)
-        assert self._remote_static is not None
-        wall_ns, at = self._wall_ns
-        self._pending, message = create_initiation(
-            static_private=self._static_private,
-            remote_static=self._remote_static,
-            wall_time_ns=wall_ns + int((now - at) * 1e9),
-            psk=self._psk,
-        )
+        message = self._initiation(now)
         self.rehandshake_at = None
         self._seal_control(RecordType.HANDSHAKE, message)
 
@@ -477,6 +488,7 @@ class SecureChannel:
             authorize=self._authorize,
             replay_guard=ReplayGuard(),  # inside an authenticated, ordered session
             psk=self._psk,
+            own_mac1_key=self._cookies.mac1_key if self._cookies is not None else None,
         )
         if accepted.remote_static != self._remote_static:
             raise RemoteProtocolError("re-handshake from another key", CloseCode.AUTH_FAILED)

@@ -310,7 +310,7 @@ def test_wrong_gateway_key_rejected() -> None:
     agent, gateway = make_pair(gateway_pub=other_pub)
     with pytest.raises(HandshakeRejected) as info:
         gateway.receive_data(agent.data_to_send(), 100.0)
-    assert info.value.reason == "decrypt_failed"
+    assert info.value.reason == "bad_mac1"  # mac1 is keyed by the gateway's public key
     assert gateway.data_to_send() == b""
 
 
