@@ -10,9 +10,10 @@ from __future__ import annotations
 #: Noise protocol name of the tunnel handshake.
 NOISE_PROTOCOL_NAME = b"Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s"
 #: Noise prologue: binds the handshake to this protocol and version.
-PROLOGUE = b"raven tunnel v1"
-#: First bytes an initiator sends, before the first handshake message.
-MAGIC = b"RVN1"
+PROLOGUE = b"raven tunnel v2"
+#: First bytes an initiator sends, before the first handshake message: "RVN" and the wire
+#: version (2: message 1 carries mac1/mac2, a cookie reply may answer it).
+MAGIC = b"RVN2"
 #: Largest Noise message (spec section 3).
 NOISE_MAX_MESSAGE_BYTES = 65535
 #: ChaCha20-Poly1305 tag.

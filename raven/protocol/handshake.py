@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 #: Version byte carried after the timestamp in the initiation payload.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 #: Initiation payload: TAI64N timestamp + version byte.
 INITIATION_PAYLOAD_BYTES = TIMESTAMP_BYTES + 1
 #: Size of the Noise message 1: e (32) + encrypted s (32 + 16) + encrypted payload (13 + 16).

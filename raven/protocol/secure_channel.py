@@ -6,7 +6,7 @@ of ``receive_data`` and goes in with :meth:`SecureChannel.seal`. Time is an argu
 
 Wire (docs/protocol-handshake.md)::
 
-    initiator -> responder:  MAGIC "RVN1" || u16 len || handshake message 1 (|| mac1 || mac2)
+    initiator -> responder:  MAGIC "RVN2" || u16 len || handshake message 1 (|| mac1 || mac2)
     responder -> initiator:  u16 len || handshake message 2
                              (under load: u16 len || cookie reply; the initiator then sends
                              u16 len || a fresh message 1 with mac2, on the same connection)
@@ -314,6 +314,12 @@ class SecureChannel:
                 return 0  # at most 3 bytes wait for the rest of the magic
             start = bytes(view[: len(MAGIC)])
             if start != MAGIC:
+                if start[:3] == MAGIC[:3]:  # a Raven peer of another wire version
+                    raise HandshakeRejected(
+                        f"an agent of tunnel wire version {start[3:]!r} connected, this gateway"
+                        f" speaks {MAGIC[3:]!r}: run the same Raven release on both",
+                        "unsupported_version",
+                    )
                 raise RemoteProtocolError(describe_bad_magic(start))
             offset = len(MAGIC)
             self._move(ChannelInput.RECV_MAGIC)

@@ -211,7 +211,7 @@ def test_wrong_size_initiation_is_malformed(size: int) -> None:
 
 
 def test_other_protocol_version_rejected() -> None:
-    # build an initiation with version 2 by hand, with the same Noise handshake
+    # build an initiation with the next version by hand, with the same Noise handshake
     state = HandshakeState.initialize(
         NOISE_PROTOCOL_NAME,
         initiator=True,
@@ -220,7 +220,7 @@ def test_other_protocol_version_rejected() -> None:
         rs=GW_PUB,
         psks=[bytes(32)],
     )
-    msg1 = remac(state.write_message(tai64n(T0) + b"\x02"))
+    msg1 = remac(state.write_message(tai64n(T0) + bytes([PROTOCOL_VERSION + 1])))
     guard = ReplayGuard()
     with pytest.raises(HandshakeRejected) as info:
         respond(msg1, guard)
