@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raven.protocol.channel_types import ChannelStats, Role, describe_bad_magic
+from raven.protocol.channel_types import ChannelStats, Role, check_magic
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES, MAGIC
 from raven.protocol.cookie import COOKIE_REPLY_BYTES, CookieJar, CookieResponder
@@ -312,15 +312,7 @@ class SecureChannel:
         if self._state is ChannelState.AWAIT_MAGIC:
             if len(view) < len(MAGIC):
                 return 0  # at most 3 bytes wait for the rest of the magic
-            start = bytes(view[: len(MAGIC)])
-            if start != MAGIC:
-                if start[:3] == MAGIC[:3]:  # a Raven peer of another wire version
-                    raise HandshakeRejected(
-                        f"an agent of tunnel wire version {start[3:]!r} connected, this gateway"
-                        f" speaks {MAGIC[3:]!r}: run the same Raven release on both",
-                        "unsupported_version",
-                    )
-                raise RemoteProtocolError(describe_bad_magic(start))
+            check_magic(bytes(view[: len(MAGIC)]))
             offset = len(MAGIC)
             self._move(ChannelInput.RECV_MAGIC)
         if offset == len(view):
