@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -322,7 +323,9 @@ def test_recorded_message_1_replayed_to_both_replicas_never_evicts_site_b(
     }
 
     assert answers[original] == [b""] * REPLAYS, "the replica that saw it must not answer"
-    assert answers[other][0], "the other replica cannot know: it answers the first replay"
+    # the other replica cannot know: it answers the first replay with message 2
+    (length,) = struct.unpack_from(">H", answers[other][0])
+    assert len(answers[other][0]) == 2 + length, answers[other][0]
     assert answers[other][1:] == [b""] * (REPLAYS - 1)
     results = {ip: by_label(gateway_metrics(net, ip), "raven_handshakes_total", "result")
                for ip in REPLICAS}  # fmt: skip
@@ -391,9 +394,11 @@ def test_flood_from_an_authorised_agent_spares_the_site_being_scraped(
     since = time.time()
     rounds = hostile_rounds(hostile)
 
-    floods = {k: n for k, n in rounds.items() if k.startswith("register-flood")}
-    assert floods and set(floods) == {"register-flood closed"}, rounds
-    assert all(k.endswith((" closed", " held")) for k in rounds), rounds
+    # the gateway closes every flood and every garbage round; it tolerates refused OPENs
+    # (the hostile agent gives up on those tunnels after FLOOD_ROUND_S)
+    assert set(rounds) == {"register-flood closed", "open-flood held", "garbage-records closed"}, (
+        rounds
+    )
     wait_until(
         lambda: every_round_counted(net, sum(rounds.values())),
         30,
@@ -401,7 +406,13 @@ def test_flood_from_an_authorised_agent_spares_the_site_being_scraped(
         detail=lambda: str(accounted(net)),
     )
     closes, handshakes = accounted(net)
-    assert closes.get("limit_exceeded") == floods["register-flood closed"], (closes, rounds)
+    refused = sum(n for result, n in handshakes.items() if result != "ok")
+    expected = {
+        "limit_exceeded": rounds["register-flood closed"],
+        "connection_lost": rounds["open-flood held"],  # the hostile agent hung up
+        "auth_failed": rounds["garbage-records closed"] - refused,
+    }
+    assert closes == {k: n for k, n in expected.items() if n}, (closes, handshakes, rounds)
     # site B's two tunnels and every hostile tunnel that closed: none of B's closed
     assert handshakes["ok"] == len(REPLICAS) + sum(closes.values()), (closes, handshakes)
     assert_site_b_untouched(net, since)

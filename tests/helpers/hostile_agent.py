@@ -73,8 +73,8 @@ class HostileAgent:
 
 
 async def run_hostile_agent(agent: HostileAgent, stop: float) -> Counter[str]:
-    """Rounds until ``time.monotonic() >= stop``; how each ended: ``"<attack> closed"``,
-    ``"<attack> held"`` or ``"<attack> <exception name>"``."""
+    """Rounds, each begun before ``time.monotonic()`` reaches ``stop``; how each ended:
+    ``"<attack> closed"``, ``"<attack> held"`` or ``"<attack> <exception name>"``."""
     tally: Counter[str] = Counter()
     i = 0
     while time.monotonic() < stop:
@@ -82,7 +82,7 @@ async def run_hostile_agent(agent: HostileAgent, stop: float) -> Counter[str]:
         gateway = agent.gateways[i % len(agent.gateways)]
         i += 1
         try:
-            outcome = await one_attack(agent, kind, gateway, stop)
+            outcome = await one_attack(agent, kind, gateway)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
             outcome = type(exc).__name__
         tally[f"{kind} {outcome}"] += 1
@@ -90,9 +90,9 @@ async def run_hostile_agent(agent: HostileAgent, stop: float) -> Counter[str]:
     return tally
 
 
-async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int], stop: float) -> str:
-    """One tunnel: handshake, then ``kind`` until the gateway closes it (``closed``) or the
-    round limit or ``stop`` comes first (``held``)."""
+async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int]) -> str:
+    """One tunnel: handshake, then ``kind`` until the gateway closes it (``closed``) or
+    ``round_s`` passed (``held``)."""
     conn = TunnelConnection(role=Role.INITIATOR, static_private=agent.private,
                             remote_static=agent.gateway_public, limits=Limits(),
                             now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
@@ -106,7 +106,7 @@ async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int], s
         conn.receive_data(answer, time.monotonic())
         writer.write(conn.data_to_send(None, time.monotonic()))  # key confirmation
         drain = asyncio.create_task(_discard(reader))
-        until = min(stop, time.monotonic() + agent.round_s)
+        until = time.monotonic() + agent.round_s
         while not drain.done() and time.monotonic() < until:
             _flood(conn, writer, kind, agent.register)
             writer.write(conn.data_to_send(None, time.monotonic()))
