@@ -274,9 +274,8 @@ async def hostile_agent(lab: Lab, stop: float, tally: Tally, register: list[byte
     (tests/helpers/hostile_agent.py), from its own source address."""
     agent = HostileAgent(private=lab.hostile_private, gateway_public=lab.gw_public,
                          gateways=[("127.0.0.1", lab.ports.tunnel)], register=register,
-                         local_host="127.0.4.1")  # fmt: skip
-    for outcome, n in (await run_hostile_agent(agent, stop)).items():
-        tally.hostile[f"agent {outcome}"] += n
+                         local_host="127.0.4.1", round_s=10.0, linger_s=10.0)  # fmt: skip
+    await run_hostile_agent(agent, stop, tally.hostile, prefix="agent ")
 
 
 # ---------------------------------------------------------------- measuring

@@ -68,14 +68,20 @@ class HostileAgent:
     local_host: str | None = None
     #: The longest one tunnel is flooded before it is given up (closed here: ``held``).
     round_s: float = 10.0
+    #: After the flood, how long to wait for the gateway to close the tunnel (its keepalive:
+    #: the agent never answers pings) before hanging up.
+    linger_s: float = 0.0
     #: Pause between rounds.
     pause_s: float = 0.5
 
 
-async def run_hostile_agent(agent: HostileAgent, stop: float) -> Counter[str]:
-    """Rounds, each begun before ``time.monotonic()`` reaches ``stop``; how each ended:
-    ``"<attack> closed"``, ``"<attack> held"`` or ``"<attack> <exception name>"``."""
-    tally: Counter[str] = Counter()
+async def run_hostile_agent(
+    agent: HostileAgent, stop: float, tally: Counter[str] | None = None, prefix: str = ""
+) -> Counter[str]:
+    """Rounds, each begun before ``time.monotonic()`` reaches ``stop``; how each ended,
+    counted in ``tally`` as it ends (so a cancelled run keeps what it did):
+    ``"<prefix><attack> closed"``, ``... held`` or ``... <exception name>``."""
+    tally = Counter() if tally is None else tally
     i = 0
     while time.monotonic() < stop:
         kind = ATTACKS[i % len(ATTACKS)]
@@ -85,19 +91,20 @@ async def run_hostile_agent(agent: HostileAgent, stop: float) -> Counter[str]:
             outcome = await one_attack(agent, kind, gateway)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
             outcome = type(exc).__name__
-        tally[f"{kind} {outcome}"] += 1
+        tally[f"{prefix}{kind} {outcome}"] += 1
         await asyncio.sleep(agent.pause_s)
     return tally
 
 
 async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int]) -> str:
-    """One tunnel: handshake, then ``kind`` until the gateway closes it (``closed``) or
-    ``round_s`` passed (``held``)."""
+    """One tunnel: handshake, then ``kind`` until the gateway closes it (``closed``), or for
+    ``round_s`` and ``linger_s`` more without a close (``held``)."""
     conn = TunnelConnection(role=Role.INITIATOR, static_private=agent.private,
                             remote_static=agent.gateway_public, limits=Limits(),
                             now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
     local = (agent.local_host, 0) if agent.local_host else None
     reader, writer = await asyncio.open_connection(*gateway, local_addr=local)
+    drain: asyncio.Task[None] | None = None
     try:
         writer.write(conn.data_to_send())
         answer = await asyncio.wait_for(reader.read(4096), 10)
@@ -112,13 +119,15 @@ async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int]) -
             writer.write(conn.data_to_send(None, time.monotonic()))
             await writer.drain()
             await asyncio.sleep(0.05)
-        if drain.done():
-            return CLOSED
-        drain.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await drain
-        return HELD
+        if not drain.done() and agent.linger_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(drain), agent.linger_s)
+        return CLOSED if drain.done() else HELD
     finally:
+        if drain is not None and not drain.done():
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
         writer.close()
 
 
