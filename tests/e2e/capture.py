@@ -40,7 +40,9 @@ class Flow:
 
 
 @dataclass
-class _Segments:
+class Segments:
+    """The segments of one flow, by sequence number."""
+
     by_seq: dict[int, bytes] = field(default_factory=dict)
 
     def add(self, seq: int, payload: bytes) -> None:
@@ -89,7 +91,7 @@ class PacketCapture:
 
         self.sock = run_in_netns(ns.name, open_socket)
         self.sock.setblocking(False)
-        self._segments: dict[Flow, _Segments] = {}
+        self._segments: dict[Flow, Segments] = {}
         self.packets = 0
 
     def streams(self, dport: int) -> dict[Flow, bytes]:
@@ -104,7 +106,7 @@ class PacketCapture:
             if parsed is None or parsed[0].dport != dport or not parsed[2]:
                 continue
             flow, seq, payload = parsed
-            self._segments.setdefault(flow, _Segments()).add(seq, payload)
+            self._segments.setdefault(flow, Segments()).add(seq, payload)
         return {flow: segs.stream() for flow, segs in self._segments.items()}
 
     def close(self) -> None:

@@ -60,7 +60,7 @@ GATEWAY_NAME = "gw.raven.test"
 NODE = "edge-b-1"
 #: Short, so a replay answered at replica 1 is counted ``unconfirmed`` soon; long enough
 #: for a genuine agent on a loaded machine to confirm its keys.
-HANDSHAKE_TIMEOUT_S = 4.0
+HANDSHAKE_TIMEOUT_S = 6.0
 #: Prometheus scrapes of site B (per replica) each window lasts at least.
 WINDOW_SCRAPES = 8
 REPLAYS = 3
@@ -84,6 +84,8 @@ class Net:
     gw_public: str
     gateways: dict[str, Proc]
     hostsdir: Path
+    #: The agents' private key files: "a" (the hostile site), "b" (the scraped site).
+    agent_keys: dict[str, Path]
     agent: Proc | None = None
     prom: Prometheus | None = None
 
@@ -91,8 +93,11 @@ class Net:
 # --- building ----------------------------------------------------------------------------------
 
 
-def build_net(lab: Lab, agent_keys: dict[str, str]) -> Net:
-    """Namespaces, links and both gateway replicas (running, admin answering)."""
+@pytest.fixture
+def net(lab: Lab) -> Net:
+    """Namespaces, links, the agents' keys and both gateway replicas (running, admin
+    answering)."""
+    require_e2e(PROMETHEUS, DNSMASQ, NODE_EXPORTER)
     cloud = lab.netns("atk-cloud")
     site = lab.netns("atk-siteb")
     attacker = lab.netns("atk-attacker")
@@ -102,11 +107,15 @@ def build_net(lab: Lab, agent_keys: dict[str, str]) -> Net:
         veth(cloud, ifname, f"10.200.{index}.1/24", ns, "up0", f"10.200.{index}.2/24")
         ns.add_route("10.96.0.0/24", via=f"10.200.{index}.1")
     gw_key = lab.workdir / "gateway.key"
-    net = Net(lab, cloud, site, attacker, gw_key, write_key(gw_key), {}, lab.workdir / "hosts.d")
+    keys = {k: lab.workdir / f"agent-{k}.key" for k in ("a", "b")}
+    publics = {k: write_key(path) for k, path in keys.items()}
+    net = Net(lab, cloud, site, attacker, gw_key, write_key(gw_key), {}, lab.workdir / "hosts.d",
+              keys)  # fmt: skip
     for ip in REPLICAS:
-        net.gateways[ip] = start_gateway(net, ip, agent_keys)
+        net.gateways[ip] = start_gateway(net, ip, publics)
     for ip, proc in net.gateways.items():
         cloud.wait_for_http(ip, ADMIN_PORT, "/healthz", timeout_s=30, proc=proc)
+    lab.diagnostic_hooks.append(lambda: "----- site B links\n" + json.dumps(agent_links(net)))
     return net
 
 
@@ -137,7 +146,7 @@ def write_hosts(hostsdir: Path, replicas: tuple[str, ...]) -> None:
     tmp.rename(hostsdir / "gateway")
 
 
-def start_site(net: Net, agent_key: Path) -> None:
+def start_site(net: Net) -> None:
     """Site B's target and DNS, then its agent: first with replica 1 only in DNS, then both,
     so its handshake with replica 2 is the later one (a newer timestamp)."""
     lab, site = net.lab, net.site
@@ -153,7 +162,7 @@ def start_site(net: Net, agent_key: Path) -> None:
     site.wait_for_port("127.0.0.1", 9100, proc=exporter)
     site.wait_for_port("127.0.0.1", 53, proc=dnsmasq)
     config = {
-        "private_key_file": str(agent_key),
+        "private_key_file": str(net.agent_keys["b"]),
         "gateway": f"{GATEWAY_NAME}:{TUNNEL_PORT}",
         "gateway_public_key": net.gw_public,
         "name": "site-b",
@@ -199,19 +208,6 @@ def start_prometheus(net: Net) -> Prometheus:
     net.prom = prom.start()
     prom.wait_all_up({job(ip): 1 for ip in REPLICAS})
     return prom
-
-
-@pytest.fixture
-def keys(lab: Lab) -> dict[str, Path]:
-    require_e2e(PROMETHEUS, DNSMASQ, NODE_EXPORTER)
-    return {k: lab.workdir / f"agent-{k}.key" for k in ("a", "b")}
-
-
-def build(lab: Lab, keys: dict[str, Path]) -> Net:
-    publics = {k: write_key(path) for k, path in keys.items()}
-    net = build_net(lab, publics)
-    lab.diagnostic_hooks.append(lambda: "----- site B links\n" + json.dumps(agent_links(net)))
-    return net
 
 
 # --- observing -------------------------------------------------------------------------------
@@ -305,13 +301,10 @@ def replay(attacker: Netns, replica: str, message: bytes) -> bytes:
         sock.close()
 
 
-def test_recorded_message_1_replayed_to_both_replicas_never_evicts_site_b(
-    lab: Lab, keys: dict[str, Path]
-) -> None:
-    net = build(lab, keys)
+def test_recorded_message_1_replayed_to_both_replicas_never_evicts_site_b(net: Net) -> None:
     capture = PacketCapture(net.site, "up0")
     try:
-        start_site(net, keys["b"])
+        start_site(net)
         recorded = recorded_message_1(capture, net)
     finally:
         capture.close()
@@ -342,8 +335,10 @@ def test_recorded_message_1_replayed_to_both_replicas_never_evicts_site_b(
 # --- (b) flood ---------------------------------------------------------------------------------
 
 
-def start_hostile_agent(net: Net, key: Path) -> Proc:
-    argv = [sys.executable, "-m", "tests.helpers.hostile_agent", "--key-file", str(key),
+def start_hostile_agent(net: Net) -> Proc:
+    """Site A's hostile process, in the attacker's namespace, dialling both replicas."""
+    argv = [sys.executable, "-m", "tests.helpers.hostile_agent",
+            "--key-file", str(net.agent_keys["a"]),
             "--gateway-public-key", net.gw_public, "--prefix", "edge-a-",
             "--seconds", str(FLOOD_S), "--round-s", str(FLOOD_ROUND_S),
             *(a for ip in REPLICAS for a in ("--gateway", f"{ip}:{TUNNEL_PORT}"))]  # fmt: skip
@@ -384,13 +379,10 @@ def every_round_counted(net: Net, rounds: int) -> bool:
     return sum(closes.values()) + refused == rounds
 
 
-def test_flood_from_an_authorised_agent_spares_the_site_being_scraped(
-    lab: Lab, keys: dict[str, Path]
-) -> None:
-    net = build(lab, keys)
-    start_site(net, keys["b"])
+def test_flood_from_an_authorised_agent_spares_the_site_being_scraped(net: Net) -> None:
+    start_site(net)
     start_prometheus(net)
-    hostile = start_hostile_agent(net, keys["a"])
+    hostile = start_hostile_agent(net)
     since = time.time()
     rounds = hostile_rounds(hostile)
 
