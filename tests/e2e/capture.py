@@ -6,7 +6,7 @@ large receive buffer, so packets queue in the kernel while the test does other t
 :meth:`PacketCapture.streams` reads everything queued and reassembles, per TCP connection,
 the bytes sent to one port (segments ordered by sequence number, retransmissions dropped).
 :func:`handshake_message_1` finds a tunnel's first handshake message in such a stream by its
-framing (docs/protocol-handshake.md: ``"RVN1"`` magic, u16 length, message 1), never by a
+framing (docs/protocol-handshake.md: ``MAGIC`` (``"RVN2"``), u16 length, message 1), never by a
 fixed size.
 """
 
