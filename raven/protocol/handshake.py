@@ -1,9 +1,11 @@
-"""The tunnel handshake: Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s (WireGuard's pattern).
+"""The tunnel handshake: Noise_IKpsk2_25519_{ChaChaPoly,AESGCM}_BLAKE2s (WireGuard's pattern).
 
 The edge agent (initiator) knows the gateway's static key in advance::
 
     -> e, es, s, ss  {TAI64N timestamp (12 bytes) || version (1 byte)}
-    <- e, ee, se, psk  {}
+    <- e, ee, se, psk  {accepted suites (1 byte mask)}
+
+The initiator picks the suite (`raven.protocol.suites`): its name and the prologue follow it.
 
 Initiator side: :func:`create_initiation` then :func:`consume_response`.
 Responder side: :func:`consume_initiation` then :func:`create_response`.
@@ -27,19 +29,15 @@ authenticated and the key was authorized.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import (
-    KEY_BYTES,
-    NOISE_PROTOCOL_NAME,
-    PROLOGUE,
-    TAG_BYTES,
-    TIMESTAMP_BYTES,
-)
+from raven.protocol.constants import KEY_BYTES, TAG_BYTES, TIMESTAMP_BYTES
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.noise import CipherState, HandshakeState
+from raven.protocol.suites import DEFAULT_SUITE, Suite, decode_mask, encode_mask, prologue
+from raven.protocol.suites import protocol_name as suite_protocol_name
 
 __all__ = [
     "INITIATION_BYTES",
@@ -63,8 +61,10 @@ PROTOCOL_VERSION = 1
 INITIATION_PAYLOAD_BYTES = TIMESTAMP_BYTES + 1
 #: Size of message 1: e (32) + encrypted s (32 + 16) + encrypted payload (13 + 16).
 INITIATION_BYTES = KEY_BYTES + (KEY_BYTES + TAG_BYTES) + (INITIATION_PAYLOAD_BYTES + TAG_BYTES)
-#: Size of message 2: e (32) + encrypted empty payload (16).
-RESPONSE_BYTES = KEY_BYTES + TAG_BYTES
+#: Response payload: the mask of the suites the responder accepts.
+RESPONSE_PAYLOAD_BYTES = 1
+#: Size of message 2: e (32) + encrypted payload (1 + 16).
+RESPONSE_BYTES = KEY_BYTES + RESPONSE_PAYLOAD_BYTES + TAG_BYTES
 
 _TAI64_BASE = (1 << 62) + 10  # TAI64 label of the Unix epoch (as WireGuard writes it)
 _TAI64N = struct.Struct(">QI")
@@ -147,6 +147,10 @@ class SessionKeys:
     receive: CipherState
     remote_static: bytes
     handshake_hash: bytes
+    #: the suite the handshake ran
+    suite: Suite = DEFAULT_SUITE
+    #: (initiator) the suites the responder accepts, from message 2
+    peer_suites: frozenset[Suite] = frozenset()
 
 
 @dataclass(slots=True)
@@ -156,6 +160,7 @@ class InitiatorHandshake:
     state: HandshakeState
     remote_static: bytes
     timestamp: bytes
+    suite: Suite = DEFAULT_SUITE
 
 
 @dataclass(slots=True)
@@ -166,6 +171,7 @@ class ResponderHandshake:
     remote_static: bytes
     timestamp: bytes
     version: int
+    suite: Suite = DEFAULT_SUITE
 
 
 def _check_key(name: str, key: bytes) -> None:
@@ -180,19 +186,21 @@ def create_initiation(
     wall_time_ns: int,
     psk: bytes = bytes(32),
     ephemeral_private: bytes | None = None,
+    suite: Suite = DEFAULT_SUITE,
 ) -> tuple[InitiatorHandshake, bytes]:
     """Message 1 of the handshake and the state to read the response with.
 
     ``wall_time_ns`` is the caller's wall clock (Unix ns) for the replay timestamp;
-    ``ephemeral_private`` pins the ephemeral key (tests only).
+    ``ephemeral_private`` pins the ephemeral key (tests only); ``suite`` picks the Noise
+    protocol (the caller sends its byte in clear before the message).
     """
     _check_key("static_private", static_private)
     _check_key("remote_static", remote_static)
     _check_key("psk", psk)
     state = HandshakeState.initialize(
-        NOISE_PROTOCOL_NAME,
+        suite_protocol_name(suite),
         initiator=True,
-        prologue=PROLOGUE,
+        prologue=prologue(suite),
         s=static_private,
         e=ephemeral_private,
         rs=remote_static,
@@ -200,7 +208,7 @@ def create_initiation(
     )
     timestamp = tai64n(wall_time_ns)
     message = state.write_message(timestamp + bytes([PROTOCOL_VERSION]))
-    return InitiatorHandshake(state, bytes(remote_static), timestamp), message
+    return InitiatorHandshake(state, bytes(remote_static), timestamp, suite), message
 
 
 def consume_initiation(
@@ -211,9 +219,12 @@ def consume_initiation(
     replay_guard: ReplayGuard,
     psk: bytes = bytes(32),
     ephemeral_private: bytes | None = None,
+    suite: Suite = DEFAULT_SUITE,
 ) -> ResponderHandshake:
-    """Read message 1. Raises HandshakeRejected (reason: malformed, decrypt_failed,
-    unknown_key, unsupported_version, replay); on success the timestamp is recorded."""
+    """Read message 1 of ``suite`` (the byte the initiator sent in clear, already checked
+    against the accepted suites). Raises HandshakeRejected (reason: malformed,
+    decrypt_failed, unknown_key, unsupported_version, replay); on success the timestamp is
+    recorded."""
     _check_key("static_private", static_private)
     _check_key("psk", psk)
     if len(message) != INITIATION_BYTES:
@@ -221,9 +232,9 @@ def consume_initiation(
             f"initiation of {len(message)} bytes, expected {INITIATION_BYTES}", "malformed"
         )
     state = HandshakeState.initialize(
-        NOISE_PROTOCOL_NAME,
+        suite_protocol_name(suite),
         initiator=False,
-        prologue=PROLOGUE,
+        prologue=prologue(suite),
         s=static_private,
         e=ephemeral_private,
         psks=[psk],
@@ -251,21 +262,25 @@ def consume_initiation(
     if not replay_guard.is_fresh(remote_static, timestamp):
         raise HandshakeRejected("initiation timestamp is not newer than the last one", "replay")
     replay_guard.record(remote_static, timestamp)
-    return ResponderHandshake(state, remote_static, timestamp, version)
+    return ResponderHandshake(state, remote_static, timestamp, version, suite)
 
 
-def create_response(handshake: ResponderHandshake) -> tuple[bytes, SessionKeys]:
-    """Message 2 and the responder's transport keys."""
+def create_response(
+    handshake: ResponderHandshake, accepted: Collection[Suite] = (DEFAULT_SUITE,)
+) -> tuple[bytes, SessionKeys]:
+    """Message 2 (telling the initiator the ``accepted`` suites) and the responder's
+    transport keys."""
     state = handshake.state
     if state.handshake_complete or not state.is_my_turn:
         raise LocalProtocolError("create_response called twice or out of order")
-    message = state.write_message(b"")
+    message = state.write_message(bytes([encode_mask(accepted)]))
     to_responder, to_initiator = state.split()
     keys = SessionKeys(
         send=to_initiator,
         receive=to_responder,
         remote_static=handshake.remote_static,
         handshake_hash=state.get_handshake_hash(),
+        suite=handshake.suite,
     )
     return message, keys
 
@@ -291,12 +306,14 @@ def consume_response(
                 "response failed authentication (wrong PSK or gateway key)", "decrypt_failed"
             ) from None
         raise HandshakeRejected(f"malformed response: {exc}", "malformed") from None
-    if payload:  # pragma: no cover - size check above makes it empty
-        raise HandshakeRejected("response carries an unexpected payload", "malformed")
+    if len(payload) != RESPONSE_PAYLOAD_BYTES:  # pragma: no cover - the size check above
+        raise HandshakeRejected("response payload of the wrong size", "malformed")
     to_responder, to_initiator = state.split()
     return SessionKeys(
         send=to_responder,
         receive=to_initiator,
         remote_static=handshake.remote_static,
         handshake_hash=state.get_handshake_hash(),
+        suite=handshake.suite,
+        peer_suites=decode_mask(payload[0]),
     )

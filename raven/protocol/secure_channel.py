@@ -6,7 +6,7 @@ of ``receive_data`` and goes in with :meth:`SecureChannel.seal`. Time is an argu
 
 Wire (docs/protocol-handshake.md)::
 
-    initiator -> responder:  MAGIC "RVN1" || u16 len || handshake message 1
+    initiator -> responder:  MAGIC "RVN1" || suite (1) || u16 len || handshake message 1
     responder -> initiator:  u16 len || handshake message 2
     then, both ways:         u16 len || record ...
 
@@ -19,15 +19,11 @@ partial message (at most 2 + 65535 bytes).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import (
-    KEY_BYTES,
-    LENGTH_PREFIX_BYTES,
-    MAGIC,
-)
+from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES, MAGIC
 from raven.protocol.errors import (
     HandshakeRejected,
     LocalProtocolError,
@@ -61,12 +57,18 @@ from raven.protocol.records import (
     RecordType,
     split_messages,
 )
+from raven.protocol.suites import (
+    DEFAULT_SUITES,
+    PREAMBLE_BYTES,
+    ChannelSuites,
+    Suite,
+    accept_suite,
+    check_magic,
+    preamble,
+    split_suite,
+)
 
 __all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
-
-#: Largest frames payload :meth:`SecureChannel.seal` accepts.
-
-_HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
 
 
 class Role(enum.Enum):
@@ -94,16 +96,6 @@ class ChannelStats:
     rehandshakes: int = 0
 
 
-def _describe_bad_magic(start: bytes) -> str:
-    if start.startswith(_HTTP_STARTS):
-        return f"an HTTP client connected to the tunnel port (got {start!r})"
-    if start.startswith(b"\x16\x03"):
-        return "a TLS client connected to the tunnel port"
-    if start.startswith(b"SSH-"):
-        return "an SSH client connected to the tunnel port"
-    return f"not a Raven tunnel client: expected magic {MAGIC!r}, got {start!r}"
-
-
 def _refuse_all(_key: bytes) -> bool:
     return False
 
@@ -117,6 +109,8 @@ class SecureChannel:
     whether an agent key is known and is required (fail closed: there is no
     accept-everything default); ``replay_guard`` should be shared by all
     connections of a listener (``None`` makes a private one).
+
+    ``suites`` (accepted) and ``peer_suites`` (the responder's): see ChannelSuites.
     """
 
     def __init__(
@@ -131,9 +125,12 @@ class SecureChannel:
         wall_time_ns: int | None = None,
         authorize: Callable[[bytes], bool] | None = None,
         replay_guard: ReplayGuard | None = None,
+        suites: Sequence[Suite] = DEFAULT_SUITES,
+        peer_suites: Collection[Suite] | None = None,
     ) -> None:
         if len(static_private) != KEY_BYTES or len(psk) != KEY_BYTES:
             raise ValueError("static_private and psk are 32 bytes")
+        self.suites = ChannelSuites(suites, peer_suites)
         self._role = role
         self._limits = limits
         self._static_private = bytes(static_private)
@@ -178,8 +175,9 @@ class SecureChannel:
             remote_static=self._remote_static,
             wall_time_ns=wall_time_ns,
             psk=self._psk,
+            suite=self.suites.next(),
         )
-        self._queue(MAGIC)
+        self._queue(preamble(self._pending.suite))
         self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
         self._queue(message)
         self._state = ChannelState.AWAIT_RESPONSE
@@ -300,8 +298,8 @@ class SecureChannel:
     def _missing(self) -> int:
         """Bytes the held partial message (or magic, or length prefix) still lacks."""
         buf = self._inbuf
-        if self._state is ChannelState.AWAIT_MAGIC:
-            return len(MAGIC) - len(buf)
+        if self._state is ChannelState.AWAIT_MAGIC:  # the magic is checked before the suite
+            return (len(MAGIC) if len(buf) < len(MAGIC) else PREAMBLE_BYTES) - len(buf)
         if len(buf) < LENGTH_PREFIX_BYTES:
             return LENGTH_PREFIX_BYTES - len(buf)
         return LENGTH_PREFIX_BYTES + ((buf[0] << 8) | buf[1]) - len(buf)
@@ -326,10 +324,11 @@ class SecureChannel:
         if self._state is ChannelState.AWAIT_MAGIC:
             if len(view) < len(MAGIC):
                 return 0  # at most 3 bytes wait for the rest of the magic
-            start = bytes(view[: len(MAGIC)])
-            if start != MAGIC:
-                raise RemoteProtocolError(_describe_bad_magic(start))
-            offset = len(MAGIC)
+            check_magic(bytes(view[: len(MAGIC)]))
+            if len(view) < PREAMBLE_BYTES:
+                return 0  # the suite byte follows
+            self.suites.offered = accept_suite(view[len(MAGIC)], self.suites.accepted)
+            offset = PREAMBLE_BYTES
             self._move(ChannelInput.RECV_MAGIC)
         if offset == len(view):
             return offset
@@ -379,10 +378,11 @@ class SecureChannel:
                 authorize=self._authorize,
                 replay_guard=self._replay_guard,
                 psk=self._psk,
+                suite=self.suites.offered,
             )
             self._remote_static = accepted.remote_static
             self._timestamp = accepted.timestamp
-            response, keys = create_response(accepted)
+            response, keys = create_response(accepted, self.suites.accepted)
             self._queue(len(response).to_bytes(LENGTH_PREFIX_BYTES, "big"))
             self._queue(response)
             self._move(ChannelInput.RECV_INITIATION)
@@ -412,9 +412,16 @@ class SecureChannel:
         limits = self._limits
         self._sender = self._new_sender(keys)
         self._receiver = RecordReceiver(keys.receive)
-        self._handshake_hash = keys.handshake_hash
+        self._adopt(keys)
         if self._role is Role.INITIATOR:
             self.rehandshake_at = self._now + limits.rehandshake_after_s
+            if self.suites.better() is not None:
+                self.rehandshake_at = self._now  # upgrade the suite at once
+
+    def _adopt(self, keys: SessionKeys) -> None:
+        """New keys' handshake hash, suite and (initiator) the responder's suites."""
+        self._handshake_hash = keys.handshake_hash
+        self.suites.adopt(keys.suite, keys.peer_suites if self._role is Role.INITIATOR else None)
 
     # -- re-handshake: new Diffie-Hellman keys inside the session ---------------------------
     #
@@ -439,9 +446,10 @@ class SecureChannel:
             remote_static=self._remote_static,
             wall_time_ns=wall_ns + int((now - at) * 1e9),
             psk=self._psk,
+            suite=self.suites.next(),
         )
         self.rehandshake_at = None
-        self._seal_control(RecordType.HANDSHAKE, message)
+        self._seal_control(RecordType.HANDSHAKE, bytes([self._pending.suite]) + message)
 
     def _on_rehandshake(self, receiver: RecordReceiver) -> None:
         assert receiver.control is not None
@@ -464,25 +472,28 @@ class SecureChannel:
             self._receiver = RecordReceiver(keys.receive)  # the responder switched already
             self._seal_control(RecordType.SWITCH, b"")
             self._sender = self._new_sender(keys)
-            self._handshake_hash = keys.handshake_hash
+            self._adopt(keys)
             self.rehandshake_at = self._now + self._limits.rehandshake_after_s
             self.stats.rehandshakes += 1
 
     def _answer_rehandshake(self, message: bytes) -> None:
         """(responder) Message 1 of a re-handshake, inside the session: the same agent
-        key, still authorised (a key removed meanwhile closes the tunnel here)."""
+        key, still authorised (a key removed meanwhile closes the tunnel here), after
+        the suite byte (as on a new connection)."""
+        suite, message = split_suite(message, self.suites.accepted)
         accepted = consume_initiation(
             message,
             static_private=self._static_private,
             authorize=self._authorize,
             replay_guard=ReplayGuard(),  # inside an authenticated, ordered session
             psk=self._psk,
+            suite=suite,
         )
         if accepted.remote_static != self._remote_static:
             raise RemoteProtocolError("re-handshake from another key", CloseCode.AUTH_FAILED)
         self._replay_guard.confirm(accepted.remote_static, accepted.timestamp)
-        response, keys = create_response(accepted)
+        response, keys = create_response(accepted, self.suites.accepted)
         self._seal_control(RecordType.HANDSHAKE, response)
         self._sender = self._new_sender(keys)
         self._next_receiver = RecordReceiver(keys.receive)
-        self._handshake_hash = keys.handshake_hash
+        self._adopt(keys)
