@@ -57,6 +57,7 @@ class GatewayApp:
             handshake_rate_per_s=config.handshake_rate_per_s,
             handshake_burst=config.handshake_burst,
             max_half_open=config.max_half_open_handshakes,
+            suites=config.accepted_suites(),
         )
         self.admin = AdminServer(
             config.admin_listen,

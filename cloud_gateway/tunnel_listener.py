@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from cloud_gateway.registry import AgentSession, Registry, check_registration_bounded
 from raven.config.gateway import AuthorisedAgent
@@ -21,6 +21,7 @@ from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
+from raven.protocol.suites import DEFAULT_SUITES, Suite
 from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class TunnelListener:
         handshake_rate_per_s: float,
         handshake_burst: int,
         max_half_open: int = 1024,
+        suites: Sequence[Suite] = DEFAULT_SUITES,
     ) -> None:
         self.host, self.port = parse_hostport(listen)
         self.static_private = static_private
@@ -57,6 +59,8 @@ class TunnelListener:
         self.rate = RateLimiter(rate_per_s=handshake_rate_per_s, burst=handshake_burst)
         #: connections still in their handshake, over all sources, at most
         self.max_half_open = max_half_open
+        #: transport suites agents may use (told to each in message 2)
+        self.suites = tuple(suites)
         self.tunnels: set[Tunnel] = set()
         self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
@@ -88,6 +92,7 @@ class TunnelListener:
             psk=self.psk,
             authorize=self.registry.authorize,
             replay_guard=self.replay_guard,
+            suites=self.suites,
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit)
         tunnel.on_event = lambda event: self._on_event(tunnel, event)

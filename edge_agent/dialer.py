@@ -26,6 +26,7 @@ from raven.protocol import events as ev
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
+from raven.protocol.suites import DEFAULT_SUITES, Suite, first_suite
 from raven.transport.tunnel import StreamHandler, Tunnel
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class DialSettings:
     #: (full jitter) and give each TCP connect twice this (see ReconnectConfig)
     probe_s: float = 1.0
     probe_for_s: float = 900.0
+    #: transport suites offered, in order of preference (AgentConfig.transport_suites)
+    suites: tuple[Suite, ...] = DEFAULT_SUITES
 
 
 #: Errors that say the network path is broken, not that a gateway answered (refused, busy).
@@ -124,6 +127,8 @@ class GatewayLink:
         self._stopping = False
         #: monotonic time the last tunnel was lost, while the path is believed broken
         self._lost_at: float | None = None
+        #: the suites this gateway accepted last time (None: not connected yet)
+        self.peer_suites: frozenset[Suite] | None = None
 
     @property
     def label(self) -> str:
@@ -197,7 +202,10 @@ class GatewayLink:
             limits=self.settings.limits,
             now=loop.time(),
             wall_time_ns=time.time_ns(),
+            suites=self.settings.suites,
+            peer_suites=self.peer_suites,
         )
+        offered = first_suite(self.settings.suites, self.peer_suites)
         tunnel = Tunnel(
             conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label
         )
@@ -215,10 +223,12 @@ class GatewayLink:
                 # the gateway answers nothing useful on purpose; say what it can mean
                 raise ConnectionError(
                     f"{exc}: handshake got no answer (gateway_public_key wrong, this agent's key"
-                    " not authorised, clock went backwards, or handshakes rate limited: see the"
+                    " not authorised, clock went backwards, handshakes rate limited, or a suite it"
+                    f" does not accept: this agent offered {offered.label}; see the"
                     " gateway's raven_handshakes_total)"
                 ) from None
         self.metrics.handshakes.labels("ok").inc()
+        self.peer_suites = conn.peer_suites
         self.tunnel = tunnel
         self.connects += 1
         self.metrics.live.tunnel_up(self.label, tunnel)
@@ -231,6 +241,7 @@ class GatewayLink:
             closed = await tunnel.closed
         finally:
             self._lost_at = time.monotonic()
+            self.peer_suites = conn.peer_suites  # as the last re-handshake told
             self.tunnel = None
             self.metrics.live.tunnel_down(self.label, tunnel)
             if self.on_tunnel is not None:

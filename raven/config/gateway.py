@@ -11,6 +11,7 @@ from raven.config.backfill import GatewayBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
 from raven.keys import KeyError_, decode_key
+from raven.protocol.suites import DEFAULT_SUITE, Suite, suite_by_name
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,12 @@ class GatewayConfig:
         "Optional file with a base64 32-byte pre-shared key (all agents).", default=None
     )
     tunnel_listen: str = doc("Where agents connect.", default=f"0.0.0.0:{defaults.TUNNEL_PORT}")
+    transport_suites: list[str] = doc(
+        "Tunnel transport suites agents may use: `chacha20-poly1305` (required: every agent"
+        " starts with it) and `aes-256-gcm` (agents with `cipher: auto` use it when their CPU"
+        " has AES instructions). Message 2 of each handshake tells the agent this list.",
+        default_factory=lambda: ["chacha20-poly1305", "aes-256-gcm"],
+    )
     admin_listen: str = doc(
         "Admin API: /metrics, /healthz, /readyz, /api/v1/* (loopback by default; 0.0.0.0:10265 "
         "for probes and scrapes from elsewhere, with admin_token_file).",
@@ -166,6 +173,14 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         check_hostport("tunnel_listen", self.tunnel_listen)
         check_hostport("admin_listen", self.admin_listen)
+        try:
+            suites = self.accepted_suites()
+        except ValueError as exc:
+            raise ValueError(f"transport_suites: {exc}") from None
+        if DEFAULT_SUITE not in suites:
+            raise ValueError(
+                f"transport_suites: must list {DEFAULT_SUITE.label} (every agent starts with it)"
+            )
         keys: set[str] = set()
         names: set[str] = set()
         for a in self.agents:
@@ -180,6 +195,10 @@ class GatewayConfig:
                 )
             keys.add(a.public_key)
             names.add(a.name)
+
+    def accepted_suites(self) -> tuple[Suite, ...]:
+        """The transport suites the gateway accepts (``transport_suites``), no repeats."""
+        return tuple(dict.fromkeys(suite_by_name(name) for name in self.transport_suites))
 
 
 def load_gateway_config(path: str | Path) -> GatewayConfig:

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from raven.metrics import TunnelMetrics
 from raven.protocol.scheduler import TunnelStats
+from raven.protocol.suites import Suite
 
 
 class Tunnel:
@@ -15,6 +16,7 @@ class Tunnel:
     def __init__(self) -> None:
         self.stats = TunnelStats()
         self.conn = self
+        self.suite: Suite | None = Suite.CHACHAPOLY
         self.streams: dict[int, object] = {}
         self.rtt_s: float | None = None
 
