@@ -194,6 +194,7 @@ class GatewayLink:
 
     async def _connect_once(self) -> None:
         loop = asyncio.get_running_loop()
+        offered = first_suite(self.settings.suites, self.peer_suites)
         conn = TunnelConnection(
             role=Role.INITIATOR,
             static_private=self.settings.static_private,
@@ -205,7 +206,6 @@ class GatewayLink:
             suites=self.settings.suites,
             peer_suites=self.peer_suites,
         )
-        offered = first_suite(self.settings.suites, self.peer_suites)
         tunnel = Tunnel(
             conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label
         )
@@ -220,6 +220,9 @@ class GatewayLink:
                 await tunnel.handshake
             except ConnectionError as exc:
                 self.metrics.handshakes.labels("failed").inc()
+                # the gateway may have stopped accepting the suite it accepted last time: the
+                # next attempt starts from the default
+                self.peer_suites = None
                 # the gateway answers nothing useful on purpose; say what it can mean
                 raise ConnectionError(
                     f"{exc}: handshake got no answer (gateway_public_key wrong, this agent's key"

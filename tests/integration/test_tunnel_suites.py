@@ -5,6 +5,7 @@ against a gateway that accepts only ChaCha20-Poly1305 (refused, with a reason)."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 from cloud_gateway.app import GatewayApp
@@ -79,3 +80,48 @@ async def test_an_agent_forcing_aes_is_refused_by_a_gateway_that_does_not_accept
             await agent.stop()
     finally:
         await gateway.stop()
+
+
+async def test_an_auto_agent_upgrades_then_follows_a_gateway_that_stops_accepting_aes(
+    tmp_path: Path,
+) -> None:
+    """An agent preferring AES (cipher auto on an AES CPU) starts on the default suite and
+    upgrades by a re-handshake in the tunnel; after the gateway restarts without AES in its
+    transport_suites, the remembered suite is refused once and the agent reconnects on
+    ChaCha20-Poly1305."""
+    gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
+    agents = [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}]
+    first = GatewayApp(gateway_config(tmp_path, gw, agents))
+    await first.start()
+    assert first.listener.bound is not None
+    port = first.listener.bound[1]
+    agent = AgentApp(agent_config(ag, gw, f"127.0.0.1:{port}", {"edge-gpu-1": "127.0.0.1"}))
+    agent.settings = dataclasses.replace(
+        agent.settings, suites=(Suite.AESGCM, Suite.CHACHAPOLY)
+    )  # as `cipher: auto` on a CPU with AES instructions, whatever runs this test
+    second: GatewayApp | None = None
+    try:
+        await agent.start()
+        await wait_for(lambda: any(link.tunnel for link in agent.dialer.links.values()))
+        [link] = agent.dialer.links.values()
+        await wait_for(lambda: link.tunnel is not None and link.tunnel.conn.suite is Suite.AESGCM)
+        assert link.tunnel is not None and link.tunnel.conn.stats.rehandshakes == 1
+        await first.stop()
+        await wait_for(lambda: link.tunnel is None)
+        second = GatewayApp(
+            gateway_config(
+                tmp_path, gw, agents, tunnel_listen=f"127.0.0.1:{port}",
+                transport_suites=["chacha20-poly1305"],
+            )
+        )  # fmt: skip
+        await second.start()
+        await wait_for(lambda: link.tunnel is not None, timeout_s=20)
+        assert link.tunnel is not None and link.tunnel.conn.suite is Suite.CHACHAPOLY
+        registry = second.metrics_registry
+        assert sample(registry, "raven_handshakes_total", result="unsupported_suite") == 1
+        assert link.peer_suites == {Suite.CHACHAPOLY}
+    finally:
+        await agent.stop()
+        await first.stop()
+        if second is not None:
+            await second.stop()
