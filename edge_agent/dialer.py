@@ -192,20 +192,26 @@ class GatewayLink:
             )
             await asyncio.sleep(delay)
 
+    def _new_connection(self, now: float) -> TunnelConnection:
+        """The sans-IO tunnel of one attempt; its suite follows what this gateway accepted
+        last time (``peer_suites``)."""
+        settings = self.settings
+        return TunnelConnection(
+            role=Role.INITIATOR,
+            static_private=settings.static_private,
+            remote_static=settings.gateway_public,
+            psk=settings.psk,
+            limits=settings.limits,
+            now=now,
+            wall_time_ns=time.time_ns(),
+            suites=settings.suites,
+            peer_suites=self.peer_suites,
+        )
+
     async def _connect_once(self) -> None:
         loop = asyncio.get_running_loop()
         offered = first_suite(self.settings.suites, self.peer_suites)
-        conn = TunnelConnection(
-            role=Role.INITIATOR,
-            static_private=self.settings.static_private,
-            remote_static=self.settings.gateway_public,
-            psk=self.settings.psk,
-            limits=self.settings.limits,
-            now=loop.time(),
-            wall_time_ns=time.time_ns(),
-            suites=self.settings.suites,
-            peer_suites=self.peer_suites,
-        )
+        conn = self._new_connection(loop.time())
         tunnel = Tunnel(
             conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label
         )
