@@ -15,6 +15,9 @@ from tests.helpers import KeyPair, agent_config, gateway_config, sample, wait_fo
 from tests.helpers.apps import gateway_and_agent
 from tests.helpers.proxy import METRICS, serve_app, target_app
 
+#: Both suites, whatever CPU runs the test (`auto` would depend on it).
+BOTH = ["chacha20-poly1305", "aes-256-gcm"]
+
 
 async def scrape(address: tuple[str, int], node: str, port: int) -> bytes:
     reader, writer = await asyncio.open_connection(*address)
@@ -33,7 +36,7 @@ async def test_scrape_through_an_aes_256_gcm_tunnel(tmp_path: Path) -> None:
     agents = [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}]
     async with serve_app(target_app()) as port:
         apps = gateway_and_agent(
-            gateway_config(tmp_path, gw, agents),  # accepts both suites (the default)
+            gateway_config(tmp_path, gw, agents, transport_suites=BOTH),
             lambda address: agent_config(
                 ag, gw, address, {"edge-gpu-1": "127.0.0.1"}, allowed_ports=[port],
                 cipher="aes-256-gcm",
@@ -91,7 +94,7 @@ async def test_an_auto_agent_upgrades_then_follows_a_gateway_that_stops_acceptin
     ChaCha20-Poly1305."""
     gw, ag = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "ag")
     agents = [{"name": "site-a", "public_key": ag.public_b64, "nodes": ["edge-*"]}]
-    first = GatewayApp(gateway_config(tmp_path, gw, agents))
+    first = GatewayApp(gateway_config(tmp_path, gw, agents, transport_suites=BOTH))
     await first.start()
     assert first.listener.bound is not None
     port = first.listener.bound[1]

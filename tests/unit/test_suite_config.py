@@ -46,8 +46,15 @@ def test_agent_cipher_picks_the_suites(tmp_path: Path) -> None:
 
 def test_gateway_transport_suites(tmp_path: Path) -> None:
     gw = KeyPair(tmp_path, "gw")
+    aes_cpu, plain_cpu = tmp_path / "aes", tmp_path / "plain"
+    aes_cpu.write_text(ARM64)
+    plain_cpu.write_text(X86_NO_AES)
     default = gateway_config(tmp_path, gw, [])
-    assert default.accepted_suites() == (Suite.CHACHAPOLY, Suite.AESGCM)
+    assert default.transport_suites == ["auto"]
+    assert default.accepted_suites(str(aes_cpu)) == (Suite.CHACHAPOLY, Suite.AESGCM)
+    assert default.accepted_suites(str(plain_cpu)) == (Suite.CHACHAPOLY,)
+    both = gateway_config(tmp_path, gw, [], transport_suites=["chacha20-poly1305", "aes-256-gcm"])
+    assert both.accepted_suites(str(plain_cpu)) == (Suite.CHACHAPOLY, Suite.AESGCM)  # as told
     only = gateway_config(tmp_path, gw, [], transport_suites=["chacha20-poly1305"] * 2)
     assert only.accepted_suites() == (Suite.CHACHAPOLY,)
     with pytest.raises(ConfigError, match="transport_suites: must list chacha20-poly1305"):
