@@ -2,7 +2,7 @@
 hostile) and one hostile authorised agent work on the same gateway. All on loopback.
 
     targets (aiohttp, 127.0.0.1) <-- `raven agent` "busy"    ==tunnel==+
-                                 <-- `raven agent` "watched" ==tunnel==+== `raven gateway`
+    own targets (aiohttp)        <-- `raven agent` "watched" ==tunnel==+== `raven gateway`
                   hostile agent "hostile" (in this process) ==tunnel==+     ^ proxy
     Prometheus --proxy_url--> scrapes the watched site's nodes every 1 s ----+
     1,000 clients (this process) -----------------------------------------------+
@@ -25,7 +25,7 @@ hostile) and one hostile authorised agent work on the same gateway. All on loopb
    of the two good sites declared dead or closed (gateway log "tunnel down" lines naming them,
    agents' reconnect counts); what the attackers got (gateway close reasons, proxy errors).
 
-Usage: python bench/bench_soak.py [--minutes 5] [--quiet-s 60] [--interval-s 5]
+Usage: python bench/bench_soak.py [--minutes 5] [--quiet-s 60] [--interval-s 5] [--isolate]
 Needs Prometheus (`scripts/setup` installs it) and about 2,200 file descriptors. Prints Markdown.
 """
 
@@ -98,6 +98,8 @@ def watched(i: int) -> str:
 @dataclass
 class Ports:
     target: int = field(default_factory=free_port)
+    #: the watched site's own exporters (sites never share target processes)
+    watched_target: int = field(default_factory=free_port)
     prom: int = field(default_factory=free_port)
     proxy: int = field(default_factory=free_port)
     tunnel: int = field(default_factory=free_port)
@@ -135,9 +137,10 @@ def write_configs(tmp: Path, p: Ports) -> Lab:
             "private_key_file": str(tmp / f"{name}.key"), "gateway": f"127.0.0.1:{p.tunnel}",
             "gateway_public_key": encode_key(public_key(gw)),
             "nodes": {node(i): "127.0.0.1" for i in range(count)},
-            "allowed_ports": [p.target], "admin_listen": f"127.0.0.1:{p.admin[name]}",
+            "allowed_ports": [p.watched_target if name == "watched" else p.target],
+            "admin_listen": f"127.0.0.1:{p.admin[name]}",
         }))  # fmt: skip
-    targets = [f"{watched(i)}:{p.target}" for i in range(WATCHED_NODES)]
+    targets = [f"{watched(i)}:{p.watched_target}" for i in range(WATCHED_NODES)]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [{"job_name": "watched", "proxy_url": f"http://127.0.0.1:{p.proxy}",
@@ -413,12 +416,21 @@ async def load(lab: Lab, args: argparse.Namespace, tally: Tally) -> None:
     await asyncio.gather(*running, return_exceptions=True)
 
 
-def start(lab: Lab) -> None:
+#: What runs on other machines in a real deployment: the busy site's agent and exporters (and
+#: this driver's clients and hostile agent, see --isolate).
+ELSEWHERE = ("targets", "busy")
+
+
+def start(lab: Lab, isolate: bool = False) -> None:
+    """Start every process; with ``isolate`` the ELSEWHERE ones at nice 19."""
     p = lab.ports
-    lab.procs.start("targets", [sys.executable, "-c", TARGETS_CODE, str(p.target)])
+    nice = ["nice", "-n", "19"] if isolate else []
+    lab.procs.start("targets", [*nice, sys.executable, "-c", TARGETS_CODE, str(p.target)])
+    lab.procs.start("watched-targets", [sys.executable, "-c", TARGETS_CODE, str(p.watched_target)])
     lab.procs.start("gateway", [*RAVEN, "gateway", "--config", str(lab.tmp / "gateway.yaml")])
     for site in ("busy", "watched"):
-        lab.procs.start(site, [*RAVEN, "agent", "--config", str(lab.tmp / f"{site}.yaml")])
+        cmd = [*RAVEN, "agent", "--config", str(lab.tmp / f"{site}.yaml")]
+        lab.procs.start(site, [*nice, *cmd] if site in ELSEWHERE else cmd)
     for site in ("busy", "watched"):
         wait(f"the {site} tunnel", lambda s=site: agent_connects(lab, s) == 1 and http_json(
             f"http://127.0.0.1:{p.admin[s]}/api/v1/status")["gateways"][0]["up"], 60)  # fmt: skip
@@ -431,8 +443,9 @@ def start(lab: Lab) -> None:
 def report(lab: Lab, args: argparse.Namespace, phases: dict[str, dict[str, float]],
            tally: Tally) -> None:  # fmt: skip
     q, ld = phases["quiet"], phases["load"]
+    mode = ", --isolate (driver, busy agent and targets at nice 19)" if args.isolate else ""
     print(f"### Soak: {args.minutes:g} min of load (quiet run {args.quiet_s:g} s first),"
-          f" {BENIGN + 5 * HOSTILE_EACH} proxy clients + 1 hostile agent\n")  # fmt: skip
+          f" {BENIGN + 5 * HOSTILE_EACH} proxy clients + 1 hostile agent{mode}\n")  # fmt: skip
     print("| watched site (Prometheus, 1 s interval, 5 nodes) | quiet | load | goal |")
     print("|---|---|---|---|")
     print(f"| scrapes | {q['scrapes']:.0f} | {ld['scrapes']:.0f} | |")
@@ -470,12 +483,14 @@ def report(lab: Lab, args: argparse.Namespace, phases: dict[str, dict[str, float
 
 
 def run(lab: Lab, args: argparse.Namespace) -> None:
-    start(lab)
+    start(lab, args.isolate)
     time.sleep(3)  # Prometheus's first scrapes settle
     t0 = time.time()
     time.sleep(args.quiet_s)
     t1 = time.time()
     tally = Tally()
+    if args.isolate:
+        os.nice(19)  # the load driver (clients, hostile agent) stands for other machines
     asyncio.run(load(lab, args, tally))
     t2 = time.time()
     time.sleep(2)  # the last scrapes land in the TSDB
@@ -489,6 +504,12 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5.0, help="length of the load phase")
     ap.add_argument("--quiet-s", type=float, default=60.0, help="length of the quiet phase")
     ap.add_argument("--interval-s", type=float, default=5.0, help="each well-behaved client's")
+    ap.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run what would be on other machines (this driver, the busy site's agent and "
+        "targets) at nice 19, so that the gateway's CPU is its own as in a deployment",
+    )
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 8192 <= hard:

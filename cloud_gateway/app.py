@@ -57,6 +57,7 @@ class GatewayApp:
             handshake_rate_per_s=config.handshake_rate_per_s,
             handshake_burst=config.handshake_burst,
             max_half_open=config.max_half_open_handshakes,
+            load_threshold=config.handshake_load_threshold,
             suites=config.accepted_suites(),
         )
         self.admin = AdminServer(

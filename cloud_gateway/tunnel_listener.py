@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,15 +18,25 @@ from raven.logthrottle import LogThrottle
 from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.connection import TunnelConnection
+from raven.protocol.connection import (
+    HANDSHAKE_TIMEOUT_REASON,
+    UNCONFIRMED_REASON,
+    TunnelConnection,
+)
+from raven.protocol.cookie import CookieResponder
+from raven.protocol.errors import BAD_RECORD_REASON, HANDSHAKE_REJECTIONS
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
+from raven.protocol.noise import public_key
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
 from raven.protocol.suites import DEFAULT_SUITES, Suite
 from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
+
+#: Why a tunnel that never authenticated was closed AUTH_FAILED, as handshake metric labels.
+_UNAUTHENTICATED = HANDSHAKE_REJECTIONS | {HANDSHAKE_TIMEOUT_REASON, UNCONFIRMED_REASON}
 
 #: Called when an agent's tunnel is up (session) or gone (None), e.g. to attach L3.
 SessionHook = Callable[[AgentSession, bool], None]
@@ -47,6 +59,7 @@ class TunnelListener:
         handshake_rate_per_s: float,
         handshake_burst: int,
         max_half_open: int = 1024,
+        load_threshold: int = 64,
         suites: Sequence[Suite] = DEFAULT_SUITES,
     ) -> None:
         self.host, self.port = parse_hostport(listen)
@@ -59,6 +72,9 @@ class TunnelListener:
         self.rate = RateLimiter(rate_per_s=handshake_rate_per_s, burst=handshake_burst)
         #: connections still in their handshake, over all sources, at most
         self.max_half_open = max_half_open
+        #: handshakes in progress above which initiations must carry a cookie (0: always)
+        self.load_threshold = load_threshold
+        self.cookies = CookieResponder(public_key(static_private), under_load=self._under_load)
         #: transport suites agents may use (told to each in message 2)
         self.suites = tuple(suites)
         self.tunnels: set[Tunnel] = set()
@@ -92,6 +108,7 @@ class TunnelListener:
             psk=self.psk,
             authorize=self.registry.authorize,
             replay_guard=self.replay_guard,
+            cookies=self.cookies,
             suites=self.suites,
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit)
@@ -117,10 +134,17 @@ class TunnelListener:
         agent = self.registry.agent_for_key(public_key)
         return agent is not None and agent.name in self.registry.sessions
 
+    def _half_open(self) -> int:
+        return len(self.tunnels) - len(self._sessions)
+
+    def _under_load(self) -> bool:
+        """Cookie replies instead of DH above ``load_threshold`` handshakes in progress."""
+        return self._half_open() > self.load_threshold
+
     def _admit(self, tunnel: Tunnel) -> bool:
         """Bound half-open handshakes globally and rate-limit them per source address,
         before reading a byte (the handshake's DH is the expensive part)."""
-        if len(self.tunnels) - len(self._sessions) > self.max_half_open:
+        if self._half_open() > self.max_half_open:
             self.metrics.handshakes.labels("overloaded").inc()
             self.log_throttle.log(log, logging.WARNING, "handshakes overloaded",
                                   "too many handshakes in progress, closing peer=%s limit=%d",
@@ -128,6 +152,8 @@ class TunnelListener:
             return False
         host = tunnel.peer.rsplit(":", 1)[0]
         if self.rate.allow(host, time.monotonic()):
+            with contextlib.suppress(ValueError):  # no peer address: cookies bind to b""
+                tunnel.conn.set_source_address(ipaddress.ip_address(host.strip("[]")).packed)
             return True
         self.metrics.handshakes.labels("rate_limited").inc()
         self.log_throttle.log(
@@ -156,6 +182,8 @@ class TunnelListener:
                 self.metrics.rtt_hist.observe(event.rtt_s)
         elif isinstance(event, ev.StreamReset):
             self.metrics.stream_resets.labels(event.code.label).inc()
+        elif isinstance(event, ev.CookieReplied):
+            self.metrics.cookie_replies.inc()
         elif isinstance(event, ev.ConnectionTerminated):
             self._on_closed(tunnel, event)
 
@@ -219,11 +247,14 @@ class TunnelListener:
         if session is None:
             # never authenticated: one line, a metric, no answer was given
             if event.code is CloseCode.AUTH_FAILED:
-                self.metrics.handshakes.labels(event.reason or "rejected").inc()
+                # a rejection's reason is a label; anything else is a record that failed
+                # authentication (free text, never a label value)
+                label = event.reason if event.reason in _UNAUTHENTICATED else BAD_RECORD_REASON
+                self.metrics.handshakes.labels(label).inc()
                 self.log_throttle.log(
                     log,
                     logging.WARNING,
-                    f"handshake rejected {event.reason}",
+                    f"handshake rejected {label}",
                     "handshake rejected",
                     extra=fields(peer=tunnel.peer, reason=event.reason),
                 )

@@ -24,6 +24,7 @@ from raven.logs import fields
 from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.connection import TunnelConnection
+from raven.protocol.cookie import CookieJar
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
 from raven.protocol.suites import DEFAULT_SUITES, Suite, first_suite
@@ -117,6 +118,8 @@ class GatewayLink:
         self.on_tunnel = on_tunnel
         self.on_datagram = on_datagram
         self.rng = rng or random.Random()
+        #: the gateway replica's last cookie (under load), kept across reconnects for 120 s
+        self.cookie_jar = CookieJar()
         self.tunnel: Tunnel | None = None
         self.attempt = 0
         self.connects = 0
@@ -193,8 +196,8 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _new_connection(self, now: float) -> TunnelConnection:
-        """The sans-IO tunnel of one attempt; its suite follows what this gateway accepted
-        last time (``peer_suites``)."""
+        """The sans-IO tunnel of one attempt: its suite follows what this gateway accepted
+        last time (``peer_suites``), its message 1 the cookie it sent (``cookie_jar``)."""
         settings = self.settings
         return TunnelConnection(
             role=Role.INITIATOR,
@@ -204,6 +207,7 @@ class GatewayLink:
             limits=settings.limits,
             now=now,
             wall_time_ns=time.time_ns(),
+            cookie_jar=self.cookie_jar,
             suites=settings.suites,
             peer_suites=self.peer_suites,
         )
@@ -276,6 +280,8 @@ class GatewayLink:
             self.metrics.rtt_hist.observe(event.rtt_s)
         elif isinstance(event, ev.StreamReset):
             self.metrics.stream_resets.labels(event.code.label).inc()
+        elif isinstance(event, ev.CookieReplied):
+            self.metrics.cookie_replies.inc()
 
 
 class Dialer:

@@ -26,7 +26,7 @@ class TunnelMetrics:
         self.handshakes = Counter(
             "raven_handshakes_total",
             "Tunnel handshakes by result (ok, unknown_key, decrypt_failed, replay, "
-            "rate_limited, malformed, timeout, ...).",
+            "rate_limited, malformed, bad_record, unconfirmed, handshake_timeout, ...).",
             ["result"],
             registry=registry,
         )
@@ -50,6 +50,12 @@ class TunnelMetrics:
             "raven_registrations_refused_total",
             "Node names or prefixes a peer registered that its key is not authorised for.",
             [p],
+            registry=registry,
+        )
+        self.cookie_replies = Counter(
+            "raven_handshake_cookie_replies_total",
+            "Handshake cookie replies: sent by the gateway under handshake load instead of a "
+            "Diffie-Hellman, accepted by the agent (which then initiates again with mac2).",
             registry=registry,
         )
         self.tunnel_closes = Counter(

@@ -8,11 +8,12 @@ import ipaddress
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
+from cloud_gateway.proxy.penalty import RefusalPenalty
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.logs import fields
@@ -48,12 +49,19 @@ class ProxyContext:
     #: Client faults are logged at most ``burst`` lines per reason per interval: a client
     #: that retries a refused request in a loop must not turn each refusal into a log line.
     log_throttle: LogThrottle = field(default_factory=lambda: LogThrottle(clock=time.monotonic))
+    #: monotonic seconds, for the refusal penalty
+    clock: Callable[[], float] = time.monotonic
+    penalty: RefusalPenalty = field(init=False)
     _allowed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = field(
         init=False, default_factory=list
     )
 
     def __post_init__(self) -> None:
         self._allowed = [ipaddress.ip_network(p) for p in self.config.allowed_clients]
+        self.penalty = RefusalPenalty(
+            max_per_s=self.config.max_refusals_per_client_per_s,
+            penalty_s=self.config.refusal_penalty_s,
+        )
 
     def client_allowed(self, host: str) -> bool:
         """Is ``host`` inside proxy.allowed_clients (always, when that list is empty)?"""
@@ -67,6 +75,10 @@ class ProxyContext:
             address = address.ipv4_mapped
         return any(address in net for net in self._allowed)
 
+    def penalised(self, client: str) -> bool:
+        """Is ``client`` serving a refusal penalty (reset at accept, see RefusalPenalty)?"""
+        return self.penalty.penalised(client, self.clock())
+
     @contextlib.contextmanager
     def admit(self, client: str, node: str) -> Iterator[None]:
         """Hold one in-flight slot of ``client`` and of ``node``; ProxyError CLIENT_LIMIT
@@ -74,6 +86,7 @@ class ProxyContext:
         config = self.config
         if self.by_client.get(client, 0) >= config.max_requests_per_client:
             limit = config.max_requests_per_client
+            self.penalty.refused(client, self.clock())
             raise ProxyError(ErrorKind.CLIENT_LIMIT, f"{limit} requests in flight from {client}")
         if self.by_node.get(node, 0) >= config.max_streams_per_node:
             limit = config.max_streams_per_node

@@ -47,6 +47,7 @@ class ErrorKind(enum.Enum):
     BAD_CLIENT_HELLO = "bad_client_hello"
     CLIENT_LIMIT = "client_limit"
     CLIENT_NOT_ALLOWED = "client_not_allowed"
+    CLIENT_PENALISED = "client_penalised"
     NODE_LIMIT = "node_limit"
 
     @property
@@ -93,6 +94,7 @@ _TABLE: dict[ErrorKind, _Row] = {
     ErrorKind.CLIENT_LIMIT: _Row(429, "Too Many Requests", retry_after_s=1),
     # Closed at accept without an answer (status for metrics only).
     ErrorKind.CLIENT_NOT_ALLOWED: _Row(403, "Client Not Allowed"),
+    ErrorKind.CLIENT_PENALISED: _Row(429, "Too Many Requests"),
     ErrorKind.NODE_LIMIT: _Row(503, "Node Busy", retry_after_s=1),
 }
 

@@ -136,9 +136,9 @@ class ProxyServer:
         metrics.active_connections.inc()
         acquired = False
         try:
-            if not self._ctx.client_allowed(peer_host(writer)):
-                exc = ProxyError(ErrorKind.CLIENT_NOT_ALLOWED, "outside proxy.allowed_clients")
-                self._ctx.record_error(exc, "unknown", peer_name(writer))
+            refusal = self._refusal_at_accept(peer_host(writer))
+            if refusal is not None:
+                self._ctx.record_error(refusal, "unknown", peer_name(writer))
                 abort_with_rst(writer.transport)
                 return
             acquired = await self._acquire(writer)
@@ -161,6 +161,16 @@ class ProxyServer:
             self._tasks.discard(task)
             if not writer.is_closing():
                 writer.close()
+
+    def _refusal_at_accept(self, client: str) -> ProxyError | None:
+        """Why a new connection from ``client`` is reset before a byte is read, if it is."""
+        if not self._ctx.client_allowed(client):
+            return ProxyError(ErrorKind.CLIENT_NOT_ALLOWED, "outside proxy.allowed_clients")
+        if self._ctx.penalised(client):
+            limit = self._ctx.config.max_refusals_per_client_per_s
+            detail = f"more than {limit} refusals a second, Retry-After ignored"
+            return ProxyError(ErrorKind.CLIENT_PENALISED, detail)
+        return None
 
     async def _acquire(self, writer: asyncio.StreamWriter) -> bool:
         if not self._slots.locked():

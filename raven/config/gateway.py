@@ -111,6 +111,16 @@ class ProxyConfig:
         "accept (counted, one log line). Empty: every client.",
         default_factory=list,
     )
+    max_refusals_per_client_per_s: int = doc(
+        "A client refused with 429 more often than this within one second (it retries at once, "
+        "ignoring Retry-After) has its new connections reset at accept, before a byte is read, "
+        "for refusal_penalty_s (counted as client_penalised). 0: no penalty.",
+        default=50,
+    )
+    refusal_penalty_s: float = doc(
+        "How long a client over max_refusals_per_client_per_s has its connections reset.",
+        default=1.0,
+    )
     max_streams_per_node: int = doc(
         "Requests (and CONNECT tunnels) in flight to one node; beyond it: 503 with Retry-After "
         "(no client can take all of a tunnel's streams).",
@@ -121,6 +131,8 @@ class ProxyConfig:
         check_hostport("http_listen", self.http_listen)
         for prefix in self.allowed_clients:
             parse_prefix(prefix)
+        if self.max_refusals_per_client_per_s < 0 or self.refusal_penalty_s < 0:
+            raise ValueError("max_refusals_per_client_per_s and refusal_penalty_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,13 @@ class GatewayConfig:
         "`overloaded`) until some complete or time out.",
         default=1024,
     )
+    handshake_load_threshold: int = doc(
+        "Handshakes in progress (tunnel connections without confirmed keys, over all "
+        "sources) above which the gateway is under load: it then answers an initiation with "
+        "a cookie reply instead of a Diffie-Hellman unless its mac2 proves a cookie for its "
+        "address (docs/protocol-handshake.md). 0: always under load.",
+        default=64,
+    )
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
     backfill: GatewayBackfillConfig = doc(
         "Write agents' backfill to Prometheus (docs/backfill.md).",
@@ -179,6 +198,8 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         check_hostport("tunnel_listen", self.tunnel_listen)
         check_hostport("admin_listen", self.admin_listen)
+        if self.handshake_load_threshold < 0:
+            raise ValueError("handshake_load_threshold must be 0 (always under load) or more")
         try:
             suites = self.accepted_suites()
         except ValueError as exc:

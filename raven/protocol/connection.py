@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.cookie import CookieJar, CookieResponder
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
-from raven.protocol.events import Event, HandshakeCompleted
+from raven.protocol.events import CookieReplied, Event, HandshakeCompleted
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
@@ -51,6 +52,8 @@ class TunnelConnection:
         wall_time_ns: int | None = None,
         authorize: Callable[[bytes], bool] | None = None,
         replay_guard: ReplayGuard | None = None,
+        cookies: CookieResponder | None = None,
+        cookie_jar: CookieJar | None = None,
         suites: Sequence[Suite] = DEFAULT_SUITES,
         peer_suites: Collection[Suite] | None = None,
     ) -> None:
@@ -67,6 +70,8 @@ class TunnelConnection:
             wall_time_ns=wall_time_ns,
             authorize=authorize,
             replay_guard=replay_guard,
+            cookies=cookies,
+            cookie_jar=cookie_jar,
             suites=suites,
             peer_suites=peer_suites,
         )
@@ -148,6 +153,7 @@ class TunnelConnection:
         self._now = now
         if self._mux.closed:
             return
+        cookie_replies = self._channel.stats.cookie_replies
         try:
             payloads = self._channel.receive_data(data, now)
         except HandshakeRejected as rejected:  # one name per exception type (mypyc)
@@ -157,6 +163,8 @@ class TunnelConnection:
             self._fail(exc.code, str(exc))
             return
         mux = self._mux
+        if self._channel.stats.cookie_replies != cookie_replies:
+            mux.add_event(CookieReplied())
         if mux.state is TunnelState.HANDSHAKING and self._channel.handshake_complete:
             mux.confirm(now)
             remote = self._channel.remote_static
@@ -169,6 +177,10 @@ class TunnelConnection:
             self._fail(exc.code, str(exc))
         except LocalProtocolError as bug:  # a bug of ours met on the receive path
             self._fail(CloseCode.INTERNAL, f"internal error: {bug}")
+
+    def set_source_address(self, address: bytes) -> None:
+        """(responder) The initiator's packed IP address: cookies are bound to it."""
+        self._channel.set_source_address(address)
 
     def _fail(self, code: CloseCode, reason: str) -> None:
         # a CLOSE record goes out only on a tunnel whose keys were confirmed

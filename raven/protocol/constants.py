@@ -9,9 +9,10 @@ from __future__ import annotations
 
 #: Noise prologue: binds the handshake to this protocol and version (the suite byte follows it;
 #: the Noise protocol names are the suites', raven.protocol.suites).
-PROLOGUE = b"raven tunnel v1"
-#: First bytes an initiator sends, before the first handshake message.
-MAGIC = b"RVN1"
+PROLOGUE = b"raven tunnel v2"
+#: First bytes an initiator sends, before the first handshake message: "RVN" and the wire
+#: version (2: message 1 carries mac1/mac2, a cookie reply may answer it).
+MAGIC = b"RVN2"
 #: Largest Noise message (spec section 3).
 NOISE_MAX_MESSAGE_BYTES = 65535
 #: ChaCha20-Poly1305 tag.

@@ -23,6 +23,13 @@ class HandshakeCompleted(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class CookieReplied(Event):
+    """The gateway was under handshake load: it sent a cookie reply instead of a
+    Diffie-Hellman (responder), or one was accepted and message 1 went again with mac2
+    (initiator)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StreamOpened(Event):
     """The peer asks to open ``stream_id`` to ``node``:``port``; answer with
     ``accept_stream`` or ``refuse_stream``."""

@@ -7,6 +7,9 @@ The edge agent (initiator) knows the gateway's static key in advance::
 
 The initiator picks the suite (`raven.protocol.suites`): its name and the prologue follow it.
 
+Message 1 is followed by mac1 and mac2 (raven.protocol.cookie): the responder checks
+mac1 before any Diffie-Hellman.
+
 Initiator side: :func:`create_initiation` then :func:`consume_response`.
 Responder side: :func:`consume_initiation` then :func:`create_response`.
 Both end with :class:`SessionKeys`. Wire layout: docs/protocol-handshake.md.
@@ -14,6 +17,8 @@ Both end with :class:`SessionKeys`. Wire layout: docs/protocol-handshake.md.
 The responder rejects, with :class:`~raven.protocol.errors.HandshakeRejected`
 and a short ``reason``:
 
+- ``bad_mac1``: mac1 is not valid for this responder's public key (checked first,
+  before any Diffie-Hellman);
 - ``malformed``: wrong size, a low-order ephemeral key: garbage;
 - ``decrypt_failed``: the static key or payload failed authentication (typically a
   message encrypted for another gateway key, or tampered);
@@ -34,13 +39,15 @@ from dataclasses import dataclass
 
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, TAG_BYTES, TIMESTAMP_BYTES
+from raven.protocol.cookie import MAC_BYTES, MACS_BYTES, append_macs, check_mac1, mac1_key
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
-from raven.protocol.noise import CipherState, HandshakeState
+from raven.protocol.noise import CipherState, HandshakeState, public_key
 from raven.protocol.suites import DEFAULT_SUITE, Suite, decode_mask, encode_mask, prologue
 from raven.protocol.suites import protocol_name as suite_protocol_name
 
 __all__ = [
     "INITIATION_BYTES",
+    "NOISE_INITIATION_BYTES",
     "PROTOCOL_VERSION",
     "RESPONSE_BYTES",
     "InitiatorHandshake",
@@ -56,11 +63,15 @@ __all__ = [
 ]
 
 #: Version byte carried after the timestamp in the initiation payload.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 #: Initiation payload: TAI64N timestamp + version byte.
 INITIATION_PAYLOAD_BYTES = TIMESTAMP_BYTES + 1
-#: Size of message 1: e (32) + encrypted s (32 + 16) + encrypted payload (13 + 16).
-INITIATION_BYTES = KEY_BYTES + (KEY_BYTES + TAG_BYTES) + (INITIATION_PAYLOAD_BYTES + TAG_BYTES)
+#: Size of the Noise message 1: e (32) + encrypted s (32 + 16) + encrypted payload (13 + 16).
+NOISE_INITIATION_BYTES = (
+    KEY_BYTES + (KEY_BYTES + TAG_BYTES) + (INITIATION_PAYLOAD_BYTES + TAG_BYTES)
+)
+#: Size of message 1 on the wire: the Noise message (109) + mac1 (16) + mac2 (16).
+INITIATION_BYTES = NOISE_INITIATION_BYTES + MACS_BYTES
 #: Response payload: the mask of the suites the responder accepts.
 RESPONSE_PAYLOAD_BYTES = 1
 #: Size of message 2: e (32) + encrypted payload (1 + 16).
@@ -160,6 +171,8 @@ class InitiatorHandshake:
     state: HandshakeState
     remote_static: bytes
     timestamp: bytes
+    #: the mac1 sent (a cookie reply is encrypted with it as associated data)
+    mac1: bytes
     suite: Suite = DEFAULT_SUITE
 
 
@@ -185,12 +198,15 @@ def create_initiation(
     remote_static: bytes,
     wall_time_ns: int,
     psk: bytes = bytes(32),
+    cookie: bytes | None = None,
     ephemeral_private: bytes | None = None,
     suite: Suite = DEFAULT_SUITE,
 ) -> tuple[InitiatorHandshake, bytes]:
-    """Message 1 of the handshake and the state to read the response with.
+    """Message 1 of the handshake (Noise message || mac1 || mac2) and the state to read
+    the response with.
 
     ``wall_time_ns`` is the caller's wall clock (Unix ns) for the replay timestamp;
+    ``cookie`` (from the responder's cookie reply, still fresh) makes mac2;
     ``ephemeral_private`` pins the ephemeral key (tests only); ``suite`` picks the Noise
     protocol (the caller sends its byte in clear before the message).
     """
@@ -207,8 +223,10 @@ def create_initiation(
         psks=[psk],
     )
     timestamp = tai64n(wall_time_ns)
-    message = state.write_message(timestamp + bytes([PROTOCOL_VERSION]))
-    return InitiatorHandshake(state, bytes(remote_static), timestamp, suite), message
+    noise_message = state.write_message(timestamp + bytes([PROTOCOL_VERSION]))
+    message = append_macs(noise_message, mac1_key(remote_static), cookie)
+    mac1 = message[NOISE_INITIATION_BYTES : NOISE_INITIATION_BYTES + MAC_BYTES]
+    return InitiatorHandshake(state, bytes(remote_static), timestamp, mac1, suite), message
 
 
 def consume_initiation(
@@ -218,19 +236,23 @@ def consume_initiation(
     authorize: Callable[[bytes], bool],
     replay_guard: ReplayGuard,
     psk: bytes = bytes(32),
+    own_mac1_key: bytes | None = None,
     ephemeral_private: bytes | None = None,
     suite: Suite = DEFAULT_SUITE,
 ) -> ResponderHandshake:
     """Read message 1 of ``suite`` (the byte the initiator sent in clear, already checked
-    against the accepted suites). Raises HandshakeRejected (reason: malformed,
-    decrypt_failed, unknown_key, unsupported_version, replay); on success the timestamp is
-    recorded."""
+    against the accepted suites). Raises HandshakeRejected (reason: malformed, bad_mac1,
+    decrypt_failed, unknown_key, unsupported_version, replay); on success the timestamp
+    is recorded. ``own_mac1_key`` is :func:`raven.protocol.cookie.mac1_key` of our public
+    key (a responder computes it once; without it it is derived here)."""
     _check_key("static_private", static_private)
     _check_key("psk", psk)
     if len(message) != INITIATION_BYTES:
         raise HandshakeRejected(
             f"initiation of {len(message)} bytes, expected {INITIATION_BYTES}", "malformed"
         )
+    message = bytes(message)
+    check_mac1(message, own_mac1_key or mac1_key(public_key(static_private)))  # before any DH
     state = HandshakeState.initialize(
         suite_protocol_name(suite),
         initiator=False,
@@ -240,7 +262,7 @@ def consume_initiation(
         psks=[psk],
     )
     try:
-        payload = state.read_message(message)
+        payload = state.read_message(message[:NOISE_INITIATION_BYTES])
     except RemoteProtocolError as exc:
         if exc.code == CloseCode.AUTH_FAILED:
             raise HandshakeRejected(

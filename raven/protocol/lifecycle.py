@@ -39,6 +39,8 @@ class ChannelInput(enum.Enum):
     RECV_MAGIC = "recv_magic"
     RECV_INITIATION = "recv_initiation"  # a valid, fresh, authorised message 1
     RECV_RESPONSE = "recv_response"  # a valid message 2
+    SEND_COOKIE_REPLY = "send_cookie_reply"  # responder, under load: prove your address first
+    RECV_COOKIE_REPLY = "recv_cookie_reply"  # initiator: a valid cookie reply, initiate again
     RECV_RECORD = "recv_record"  # an authenticated record
     RECV_INVALID = "recv_invalid"  # anything that breaks the protocol
     SEND_RECORD = "send_record"
@@ -78,6 +80,8 @@ CHANNEL_TRANSITIONS: dict[tuple[ChannelState, ChannelInput], ChannelState] = {
     (_C.AWAIT_MAGIC, _CI.RECV_MAGIC): _C.AWAIT_INITIATION,
     (_C.AWAIT_INITIATION, _CI.RECV_INITIATION): _C.AWAIT_CONFIRMATION,
     (_C.AWAIT_RESPONSE, _CI.RECV_RESPONSE): _C.ESTABLISHED,
+    (_C.AWAIT_INITIATION, _CI.SEND_COOKIE_REPLY): _C.AWAIT_INITIATION,
+    (_C.AWAIT_RESPONSE, _CI.RECV_COOKIE_REPLY): _C.AWAIT_RESPONSE,
     (_C.AWAIT_CONFIRMATION, _CI.RECV_RECORD): _C.ESTABLISHED,
     (_C.ESTABLISHED, _CI.RECV_RECORD): _C.ESTABLISHED,
     (_C.ESTABLISHED, _CI.SEND_RECORD): _C.ESTABLISHED,

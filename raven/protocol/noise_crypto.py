@@ -60,8 +60,25 @@ def private_key(private: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(private)
 
 
+class _Count:
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+_DH_DONE = _Count()
+
+
+def dh_operations() -> int:
+    """X25519 exchanges done by this process so far (the handshake's expensive part; the
+    cookie tests prove with it that a refused initiation cost none)."""
+    return _DH_DONE.n
+
+
 def dh(private: X25519PrivateKey, public: bytes) -> bytes:
     """DH(key_pair, public_key). A low-order peer key (all-zero output) is the peer's fault."""
+    _DH_DONE.n += 1
     try:
         return private.exchange(X25519PublicKey.from_public_bytes(public))
     except ValueError:

@@ -6,8 +6,10 @@ of ``receive_data`` and goes in with :meth:`SecureChannel.seal`. Time is an argu
 
 Wire (docs/protocol-handshake.md)::
 
-    initiator -> responder:  MAGIC "RVN1" || suite (1) || u16 len || handshake message 1
+    initiator -> responder:  MAGIC "RVN2" || suite (1) || u16 len || message 1 (|| mac1 || mac2)
     responder -> initiator:  u16 len || handshake message 2
+                             (under load: u16 len || cookie reply; the initiator then sends
+                             u16 len || a fresh message 1 with mac2, on the same connection)
     then, both ways:         u16 len || record ...
 
 Anything bad the peer sends raises :class:`~raven.protocol.errors.RemoteProtocolError`
@@ -18,12 +20,12 @@ partial message (at most 2 + 65535 bytes).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
+from raven.protocol.channel_types import ChannelStats, Role, describe_bad_magic
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES, MAGIC
+from raven.protocol.cookie import COOKIE_REPLY_BYTES, CookieJar, CookieResponder
 from raven.protocol.errors import (
     HandshakeRejected,
     LocalProtocolError,
@@ -63,37 +65,11 @@ from raven.protocol.suites import (
     ChannelSuites,
     Suite,
     accept_suite,
-    check_magic,
     preamble,
     split_suite,
 )
 
 __all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
-
-
-class Role(enum.Enum):
-    """Which end of the tunnel: the edge agent dials (initiator), the gateway listens."""
-
-    INITIATOR = "initiator"
-    RESPONDER = "responder"
-
-
-@dataclass(slots=True)
-class ChannelStats:
-    """Counters of one channel (live object, updated in place).
-
-    Bytes are wire bytes (magic, handshake messages, length prefixes and records);
-    records include key updates.
-    """
-
-    records_sent: int = 0
-    records_received: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    rekeys_sent: int = 0
-    rekeys_received: int = 0
-    #: re-handshakes completed (new Diffie-Hellman keys inside the session)
-    rehandshakes: int = 0
 
 
 def _refuse_all(_key: bytes) -> bool:
@@ -108,7 +84,10 @@ class SecureChannel:
     are queued at construction. Responder: ``authorize(remote_static)`` decides
     whether an agent key is known and is required (fail closed: there is no
     accept-everything default); ``replay_guard`` should be shared by all
-    connections of a listener (``None`` makes a private one).
+    connections of a listener (``None`` makes a private one), and so should
+    ``cookies`` (mac1 key, cookie secret, load rule; ``None``: never under load).
+    An initiator keeps the cookies a responder sends in ``cookie_jar``: share one
+    across the reconnects to one gateway address.
 
     ``suites`` (accepted) and ``peer_suites`` (the responder's): see ChannelSuites.
     """
@@ -125,6 +104,8 @@ class SecureChannel:
         wall_time_ns: int | None = None,
         authorize: Callable[[bytes], bool] | None = None,
         replay_guard: ReplayGuard | None = None,
+        cookies: CookieResponder | None = None,
+        cookie_jar: CookieJar | None = None,
         suites: Sequence[Suite] = DEFAULT_SUITES,
         peer_suites: Collection[Suite] | None = None,
     ) -> None:
@@ -139,6 +120,12 @@ class SecureChannel:
             raise ValueError("a responder needs authorize(): which agent keys are known")
         self._authorize = authorize if authorize is not None else _refuse_all
         self._replay_guard = replay_guard if replay_guard is not None else ReplayGuard()
+        if role is Role.RESPONDER and cookies is None:
+            cookies = CookieResponder(public_key(static_private))
+        self._cookies = cookies
+        self._jar = cookie_jar if cookie_jar is not None else CookieJar()
+        #: (responder) the initiator's IP address (packed), which a cookie is bound to
+        self._source = b""
         self._remote_static: bytes | None = None
         #: (responder) the accepted initiation's timestamp, recorded on confirmation
         self._timestamp: bytes | None = None
@@ -170,17 +157,28 @@ class SecureChannel:
         if wall_time_ns is None:
             raise ValueError("an initiator needs wall_time_ns for its handshake timestamp")
         self._remote_static = bytes(remote_static)
+        self._queue(preamble(self.suites.next()))
+        self._queue_message(self._initiation(self._now))
+        self._state = ChannelState.AWAIT_RESPONSE
+
+    def _initiation(self, now: float) -> bytes:
+        """(initiator) A fresh message 1 (new ephemeral, timestamp of ``now``, mac2 with
+        the jar's cookie while it is fresh); its state awaits the response."""
+        assert self._remote_static is not None
+        wall_ns, at = self._wall_ns
         self._pending, message = create_initiation(
             static_private=self._static_private,
             remote_static=self._remote_static,
-            wall_time_ns=wall_time_ns,
+            wall_time_ns=wall_ns + int((now - at) * 1e9),
             psk=self._psk,
+            cookie=self._jar.cookie(now),
             suite=self.suites.next(),
         )
-        self._queue(preamble(self._pending.suite))
-        self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
-        self._queue(message)
-        self._state = ChannelState.AWAIT_RESPONSE
+        return message
+
+    def set_source_address(self, address: bytes) -> None:
+        """(responder) The initiator's packed IP address, which cookies are bound to."""
+        self._source = bytes(address)
 
     # -- properties -------------------------------------------------------------------------
 
@@ -238,6 +236,11 @@ class SecureChannel:
     def _queue(self, chunk: bytes) -> None:
         self._out.append(chunk)
         self.stats.bytes_sent += len(chunk)
+
+    def _queue_message(self, message: bytes) -> None:
+        """A handshake message (or cookie reply) with its length prefix."""
+        self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
+        self._queue(message)
 
     def data_to_send(self) -> bytes:
         """All queued wire bytes (empty when none)."""
@@ -324,7 +327,15 @@ class SecureChannel:
         if self._state is ChannelState.AWAIT_MAGIC:
             if len(view) < len(MAGIC):
                 return 0  # at most 3 bytes wait for the rest of the magic
-            check_magic(bytes(view[: len(MAGIC)]))
+            start = bytes(view[: len(MAGIC)])
+            if start != MAGIC:
+                if start[:3] == MAGIC[:3]:  # a Raven peer of another wire version
+                    raise HandshakeRejected(
+                        f"an agent of tunnel wire version {start[3:]!r} connected, this gateway"
+                        f" speaks {MAGIC[3:]!r}: run the same Raven release on both",
+                        "unsupported_version",
+                    )
+                raise RemoteProtocolError(describe_bad_magic(start))
             if len(view) < PREAMBLE_BYTES:
                 return 0  # the suite byte follows
             self.suites.offered = accept_suite(view[len(MAGIC)], self.suites.accepted)
@@ -345,7 +356,7 @@ class SecureChannel:
                 raise HandshakeRejected(
                     f"initiation of {length} bytes, expected {INITIATION_BYTES}", "malformed"
                 )
-        elif length != RESPONSE_BYTES:
+        elif length not in (RESPONSE_BYTES, COOKIE_REPLY_BYTES):
             start = length.to_bytes(LENGTH_PREFIX_BYTES, "big")
             raise HandshakeRejected(
                 f"response of {length} bytes, expected {RESPONSE_BYTES} (starts {start!r}: "
@@ -372,20 +383,12 @@ class SecureChannel:
                     self._replay_guard.confirm(self._remote_static, self._timestamp)
             return True
         if self._state is ChannelState.AWAIT_INITIATION:
-            accepted = consume_initiation(
-                message,
-                static_private=self._static_private,
-                authorize=self._authorize,
-                replay_guard=self._replay_guard,
-                psk=self._psk,
-                suite=self.suites.offered,
-            )
-            self._remote_static = accepted.remote_static
-            self._timestamp = accepted.timestamp
-            response, keys = create_response(accepted, self.suites.accepted)
-            self._queue(len(response).to_bytes(LENGTH_PREFIX_BYTES, "big"))
-            self._queue(response)
-            self._move(ChannelInput.RECV_INITIATION)
+            keys = self._on_initiation(bytes(message))
+            if keys is None:
+                return True  # a cookie reply went out: a new message 1 is due
+        elif len(message) == COOKIE_REPLY_BYTES:
+            self._on_cookie_reply(bytes(message))
+            return True
         else:
             assert self._pending is not None
             keys = consume_response(self._pending, message)
@@ -398,6 +401,46 @@ class SecureChannel:
             # session only then: an empty keepalive at once (as WireGuard)
             self.seal(b"", self._now)
         return True
+
+    def _on_initiation(self, message: bytes) -> SessionKeys | None:
+        """(responder) mac1 and the load rule first (no DH), then message 1 itself: the
+        response is queued and the keys returned, or, under load without a valid mac2,
+        a cookie reply is queued instead (once per connection) and None returned."""
+        cookies = self._cookies
+        assert cookies is not None
+        replied = self.stats.cookie_replies > 0
+        reply = cookies.screen(message, self._source, self._now, replied=replied)
+        if reply is not None:
+            self._move(ChannelInput.SEND_COOKIE_REPLY)
+            self._queue_message(reply)
+            self.stats.cookie_replies += 1
+            return None
+        accepted = consume_initiation(
+            message,
+            static_private=self._static_private,
+            authorize=self._authorize,
+            replay_guard=self._replay_guard,
+            psk=self._psk,
+            own_mac1_key=cookies.mac1_key,
+            suite=self.suites.offered,
+        )
+        self._remote_static = accepted.remote_static
+        self._timestamp = accepted.timestamp
+        response, keys = create_response(accepted, self.suites.accepted)
+        self._queue_message(response)
+        self._move(ChannelInput.RECV_INITIATION)
+        return keys
+
+    def _on_cookie_reply(self, reply: bytes) -> None:
+        """(initiator) The gateway is under load: keep its cookie, send a fresh message 1
+        with mac2 on this connection (the TCP handshake already proved our address)."""
+        assert self._pending is not None and self._remote_static is not None
+        if self.stats.cookie_replies:
+            raise HandshakeRejected("a second cookie reply on one connection", "bad_cookie_reply")
+        self._jar.take_reply(reply, self._remote_static, self._pending.mac1, self._now)
+        self._move(ChannelInput.RECV_COOKIE_REPLY)
+        self.stats.cookie_replies += 1
+        self._queue_message(self._initiation(self._now))
 
     def _new_sender(self, keys: SessionKeys) -> RecordSender:
         limits = self._limits
@@ -439,17 +482,9 @@ class SecureChannel:
         if self._role is not Role.INITIATOR or self._sender is None:
             raise LocalProtocolError("only an established initiator re-handshakes")
         self._move(ChannelInput.SEND_REHANDSHAKE)
-        assert self._remote_static is not None
-        wall_ns, at = self._wall_ns
-        self._pending, message = create_initiation(
-            static_private=self._static_private,
-            remote_static=self._remote_static,
-            wall_time_ns=wall_ns + int((now - at) * 1e9),
-            psk=self._psk,
-            suite=self.suites.next(),
-        )
+        message = self._initiation(now)
         self.rehandshake_at = None
-        self._seal_control(RecordType.HANDSHAKE, bytes([self._pending.suite]) + message)
+        self._seal_control(RecordType.HANDSHAKE, bytes([self.suites.next()]) + message)
 
     def _on_rehandshake(self, receiver: RecordReceiver) -> None:
         assert receiver.control is not None
@@ -488,6 +523,7 @@ class SecureChannel:
             replay_guard=ReplayGuard(),  # inside an authenticated, ordered session
             psk=self._psk,
             suite=suite,
+            own_mac1_key=self._cookies.mac1_key if self._cookies is not None else None,
         )
         if accepted.remote_static != self._remote_static:
             raise RemoteProtocolError("re-handshake from another key", CloseCode.AUTH_FAILED)

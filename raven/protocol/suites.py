@@ -21,7 +21,7 @@ import enum
 from collections.abc import Collection, Iterable, Sequence
 
 from raven.protocol.constants import MAGIC, PROLOGUE
-from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
+from raven.protocol.errors import HandshakeRejected
 
 __all__ = [
     "DEFAULT_SUITE",
@@ -30,7 +30,6 @@ __all__ = [
     "ChannelSuites",
     "Suite",
     "accept_suite",
-    "check_magic",
     "choose",
     "decode_mask",
     "encode_mask",
@@ -64,8 +63,6 @@ DEFAULT_SUITE = Suite.CHACHAPOLY
 DEFAULT_SUITES = (DEFAULT_SUITE,)
 #: What an initiator sends before its first handshake message: MAGIC and the suite byte.
 PREAMBLE_BYTES = len(MAGIC) + 1
-
-_HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
 
 
 def suite_by_name(name: str) -> Suite:
@@ -147,23 +144,6 @@ def split_suite(message: bytes, accepted: Collection[Suite]) -> tuple[Suite, byt
     if not message:
         raise HandshakeRejected("empty re-handshake record", "malformed")
     return accept_suite(message[0], accepted), message[1:]
-
-
-def check_magic(start: bytes) -> None:
-    """The first ``len(MAGIC)`` bytes of a connection: RemoteProtocolError naming what
-    connected when it is not a Raven tunnel client (HTTP, TLS, SSH)."""
-    if start != MAGIC:
-        raise RemoteProtocolError(_describe_bad_magic(start))
-
-
-def _describe_bad_magic(start: bytes) -> str:
-    if start.startswith(_HTTP_STARTS):
-        return f"an HTTP client connected to the tunnel port (got {start!r})"
-    if start.startswith(b"\x16\x03"):
-        return "a TLS client connected to the tunnel port"
-    if start.startswith(b"SSH-"):
-        return "an SSH client connected to the tunnel port"
-    return f"not a Raven tunnel client: expected magic {MAGIC!r}, got {start!r}"
 
 
 class ChannelSuites:

@@ -232,6 +232,35 @@ async def test_clients_outside_the_allow_list_are_closed_at_accept(target_port: 
     assert sample(reg, "raven_proxy_errors_total", reason="client_not_allowed") == 1
 
 
+async def test_a_client_retrying_at_once_is_reset_at_accept_for_its_penalty(
+    target_port: int,
+) -> None:
+    """Past max_refusals_per_client_per_s 429s within a second, the client's next connection
+    is reset at accept with no answer; other clients are served as before."""
+    slow = f"/proxy/edge-gpu-1:{target_port}/slow?s=2"
+    async with running_proxy(
+        direct(), max_requests_per_client=1, max_refusals_per_client_per_s=3, refusal_penalty_s=60
+    ) as (proxy, registry, _):
+        proxy.context.clock = lambda: 1000.0  # every refusal falls in the same second
+        held = await _send(proxy.http_address, slow)
+        await wait_for(lambda: sum(proxy.context.by_client.values()) == 1)
+        request = f"GET {slow} HTTP/1.0\r\n\r\n".encode()
+        for _ in range(4):
+            out = await raw_exchange(proxy.http_address, request)
+            assert out.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+        reader, writer = await _send(proxy.http_address, slow)
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # reset, no answer
+        writer.close()
+        path = f"/proxy/edge-gpu-2:{target_port}/metrics"
+        reader, writer = await _send(proxy.http_address, path, source="127.0.0.2")
+        assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 200")
+        writer.close()
+        held[1].close()
+    assert sample(registry, "raven_proxy_errors_total", reason="client_limit") == 4
+    assert sample(registry, "raven_proxy_errors_total", reason="client_penalised") == 1
+
+
 async def test_a_client_retrying_in_a_loop_gets_every_refusal_counted_but_few_log_lines(
     target_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -241,7 +270,9 @@ async def test_a_client_retrying_in_a_loop_gets_every_refusal_counted_but_few_lo
     saying how many were left out."""
     caplog.set_level(logging.INFO, logger="cloud_gateway.proxy")
     slow = f"/proxy/edge-gpu-1:{target_port}/slow?s=2"
-    async with running_proxy(direct(), max_requests_per_client=1) as (proxy, registry, _):
+    async with running_proxy(
+        direct(), max_requests_per_client=1, max_refusals_per_client_per_s=0
+    ) as (proxy, registry, _):
         held = await _send(proxy.http_address, slow)
         await wait_for(lambda: sum(proxy.context.by_client.values()) == 1)
         request = f"GET {slow} HTTP/1.0\r\n\r\n".encode()

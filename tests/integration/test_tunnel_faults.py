@@ -19,6 +19,7 @@ from raven.protocol import events as ev
 from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.frames import encode_register
+from raven.protocol.noise_crypto import dh_operations
 from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import Suite, preamble
 from tests.helpers import KeyPair, wait_for
@@ -63,11 +64,14 @@ async def test_wrong_gateway_key_gets_no_answer(site: Site, tmp_path: Path) -> N
     conn = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
                             remote_static=impostor.public, limits=LIMITS,
                             now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    dh_before = dh_operations()
     reader, writer = await asyncio.open_connection(*site.listener.bound)
     writer.write(conn.data_to_send())
     assert await read_until_closed(reader) == b""
     writer.close()
-    await wait_for(lambda: handshakes(site, "decrypt_failed") == 1)
+    # mac1 is keyed by the gateway's public key: refused before any Diffie-Hellman
+    await wait_for(lambda: handshakes(site, "bad_mac1") == 1)
+    assert dh_operations() == dh_before
     await assert_still_serving(site)
 
 
@@ -149,6 +153,9 @@ async def test_tampered_record_closes_only_that_tunnel(site: Site) -> None:
     await read_until_closed(reader)  # the gateway hangs up
     writer.close()
     await wait_for(lambda: not site.registry.sessions)
+    # the forged record was the one that had to confirm the keys: counted under a fixed
+    # label, never the error's text
+    await wait_for(lambda: handshakes(site, "bad_record") == 1)
     await assert_still_serving(site)
 
 

@@ -97,7 +97,8 @@ _value = st.recursive(
 )
 _gateway_keys = st.sampled_from(
     ["private_key_file", "tunnel_listen", "admin_listen", "agents", "proxy", "limits",
-     "node_ttl_s", "admin_token_file", "max_half_open_handshakes", "handshake_burst", "tun"]
+     "node_ttl_s", "admin_token_file", "max_half_open_handshakes", "handshake_burst", "tun",
+     "handshake_load_threshold"]
 )  # fmt: skip
 
 

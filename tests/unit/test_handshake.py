@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import TIMESTAMP_BYTES
+from raven.protocol.cookie import MAC_BYTES, append_macs, mac1_key
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.handshake import (
     INITIATION_BYTES,
+    NOISE_INITIATION_BYTES,
     PROTOCOL_VERSION,
     RESPONSE_BYTES,
     InitiatorHandshake,
@@ -72,6 +74,12 @@ def respond(
     )
 
 
+def remac(noise_message: bytes | bytearray) -> bytes:
+    """A Noise message 1 with a valid mac1 for GW_PUB (anyone who knows the gateway's
+    public key can make one): reaches the checks behind mac1."""
+    return append_macs(bytes(noise_message[:NOISE_INITIATION_BYTES]), mac1_key(GW_PUB), None)
+
+
 def test_full_handshake_and_transport_keys_pair_up() -> None:
     pending, msg1 = create_initiation(
         static_private=AGENT_PRIV, remote_static=GW_PUB, wall_time_ns=T0
@@ -104,7 +112,7 @@ def test_handshake_is_plain_noise_ikpsk2_with_our_prologue() -> None:
         s=GW_PRIV,
         psks=[bytes(32)],
     )
-    payload = responder.read_message(msg1)
+    payload = responder.read_message(msg1[:NOISE_INITIATION_BYTES])  # then mac1, mac2
     assert payload == tai64n(T0) + bytes([PROTOCOL_VERSION])
     assert responder.remote_static == AGENT_PUB
 
@@ -153,23 +161,42 @@ def test_unknown_key_rejected_and_not_recorded() -> None:
     assert guard.last(stranger_pub) is None and len(guard) == 0
 
 
-def test_wrong_gateway_key_is_decrypt_failed() -> None:
+def test_initiation_for_another_gateway_key_is_bad_mac1() -> None:
     guard = ReplayGuard()
     _, wrong_pub = generate_keypair()
     with pytest.raises(HandshakeRejected) as info:
         respond(initiate(remote_static=wrong_pub)[1], guard)
+    assert info.value.reason == "bad_mac1"
+    assert len(guard) == 0
+
+
+def test_wrong_gateway_key_behind_a_valid_mac1_is_decrypt_failed() -> None:
+    guard = ReplayGuard()
+    _, wrong_pub = generate_keypair()
+    with pytest.raises(HandshakeRejected) as info:
+        respond(remac(initiate(remote_static=wrong_pub)[1]), guard)
     assert info.value.reason == "decrypt_failed"
     assert len(guard) == 0
 
 
-@pytest.mark.parametrize("position", [0, 31, 32, 60, 79, 80, 95, INITIATION_BYTES - 1])
+@pytest.mark.parametrize("position", [0, 108, NOISE_INITIATION_BYTES + MAC_BYTES - 1])
+def test_tampered_noise_message_or_mac1_is_bad_mac1(position: int) -> None:
+    _, msg1 = initiate()
+    tampered = bytearray(msg1)
+    tampered[position] ^= 0x40
+    with pytest.raises(HandshakeRejected) as info:
+        respond(bytes(tampered))
+    assert info.value.reason == "bad_mac1"
+
+
+@pytest.mark.parametrize("position", [0, 31, 32, 60, 79, 80, 95, NOISE_INITIATION_BYTES - 1])
 def test_tampered_initiation_rejected_and_not_recorded(position: int) -> None:
     guard = ReplayGuard()
     _, msg1 = initiate()
     tampered = bytearray(msg1)
     tampered[position] ^= 0x40
     with pytest.raises(HandshakeRejected) as info:
-        respond(bytes(tampered), guard)
+        respond(remac(tampered), guard)
     assert info.value.reason in ("decrypt_failed", "malformed")
     assert len(guard) == 0
     # the genuine message still goes through: the tampered copy did not burn its timestamp
@@ -179,7 +206,7 @@ def test_tampered_initiation_rejected_and_not_recorded(position: int) -> None:
 def test_low_order_ephemeral_is_malformed() -> None:
     _, msg1 = initiate()
     with pytest.raises(HandshakeRejected) as info:
-        respond(bytes(32) + msg1[32:])
+        respond(remac(bytes(32) + msg1[32:]))
     assert info.value.reason == "malformed"
 
 
@@ -191,7 +218,7 @@ def test_wrong_size_initiation_is_malformed(size: int) -> None:
 
 
 def test_other_protocol_version_rejected() -> None:
-    # build an initiation with version 2 by hand, with the same Noise handshake
+    # build an initiation with the next version by hand, with the same Noise handshake
     state = HandshakeState.initialize(
         protocol_name(CHACHA),
         initiator=True,
@@ -200,7 +227,7 @@ def test_other_protocol_version_rejected() -> None:
         rs=GW_PUB,
         psks=[bytes(32)],
     )
-    msg1 = state.write_message(tai64n(T0) + b"\x02")
+    msg1 = remac(state.write_message(tai64n(T0) + bytes([PROTOCOL_VERSION + 1])))
     guard = ReplayGuard()
     with pytest.raises(HandshakeRejected) as info:
         respond(msg1, guard)
@@ -274,8 +301,9 @@ def test_any_bytes_as_initiation_rejected_cleanly(data: bytes) -> None:
     assert len(guard) == 0
 
 
-@given(st.integers(0, INITIATION_BYTES - 1), st.integers(1, 255))
+@given(st.integers(0, NOISE_INITIATION_BYTES + MAC_BYTES - 1), st.integers(1, 255))
 def test_any_single_byte_flip_rejected(position: int, mask: int) -> None:
+    """Any flip in the Noise message or mac1 (mac2 counts only under load)."""
     _, msg1 = initiate()
     tampered = bytearray(msg1)
     tampered[position] ^= mask
@@ -301,3 +329,28 @@ def _strict(key: bytes, timestamp: bytes) -> ReplayGuard:
     guard = ReplayGuard()  # no live() given: always strict
     guard.record(key, timestamp)
     return guard
+
+
+def test_every_rejection_reason_in_the_protocol_is_a_known_metric_label() -> None:
+    """The gateway counts a rejection under its reason only when the reason is listed in
+    HANDSHAKE_REJECTIONS (anything else becomes ``bad_record``): a new reason must be listed."""
+    import ast
+    from pathlib import Path
+
+    from raven.protocol.errors import HANDSHAKE_REJECTIONS
+
+    root = Path(__file__).resolve().parents[2] / "raven" / "protocol"
+    found: set[str] = set()
+    for module in root.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "HandshakeRejected"
+                and len(node.args) == 2
+            ):
+                reason = node.args[1]
+                assert isinstance(reason, ast.Constant), f"{module.name}: reason not a literal"
+                found.add(reason.value)
+    assert {"malformed", "bad_mac1", "replay", "cookie_required"} <= found
+    assert found <= HANDSHAKE_REJECTIONS, found - HANDSHAKE_REJECTIONS

@@ -270,7 +270,7 @@ def test_short_record_length_rejected_before_body() -> None:
         (b"POST / HTTP/1.1\r\n", "HTTP client"),
         (b"\x16\x03\x01\x02\x00", "TLS client"),
         (b"SSH-2.0-OpenSSH_9.6\r\n", "SSH client"),
-        (b"RVN2\x00\x6d", "expected magic"),
+        (b"ZVN9\x00\x6d", "expected magic"),
     ],
 )
 def test_bad_magic_named(start: bytes, words: str) -> None:
@@ -311,7 +311,7 @@ def test_wrong_gateway_key_rejected() -> None:
     agent, gateway = make_pair(gateway_pub=other_pub)
     with pytest.raises(HandshakeRejected) as info:
         gateway.receive_data(agent.data_to_send(), 100.0)
-    assert info.value.reason == "decrypt_failed"
+    assert info.value.reason == "bad_mac1"  # mac1 is keyed by the gateway's public key
     assert gateway.data_to_send() == b""
 
 
@@ -469,3 +469,20 @@ def test_responder_without_authorize_is_refused() -> None:
 
     with _pytest.raises(ValueError, match="authorize"):
         SecureChannel(role=Role.RESPONDER, static_private=GW_PRIV, limits=Limits(), now=0.0)
+
+
+def test_an_agent_of_the_previous_wire_version_is_told_apart_from_garbage() -> None:
+    """RVN1 (before mac1/mac2) gets unsupported_version with a line an operator can act on,
+    not 'not a Raven tunnel client'."""
+    channel = SecureChannel(
+        role=Role.RESPONDER,
+        static_private=GW_PRIV,
+        limits=Limits(),
+        now=0.0,
+        authorize=lambda _key: True,
+        replay_guard=ReplayGuard(),
+    )
+    with pytest.raises(HandshakeRejected) as caught:
+        channel.receive_data(b"RVN1" + (109).to_bytes(2, "big") + bytes(109), 0.0)
+    assert caught.value.reason == "unsupported_version"
+    assert "same Raven release" in str(caught.value)

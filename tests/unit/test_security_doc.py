@@ -14,10 +14,12 @@ DOC = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
 #: Limits that are internal tuning rather than a bound on a party.
 _NOT_A_BOUND = {"credit_update_ratio", "max_frame_payload_bytes", "max_queued_datagrams",
                 "max_queued_datagram_bytes", "max_datagram_bytes"}  # fmt: skip
-_GATEWAY = ["handshake_rate_per_s", "handshake_burst", "max_half_open_handshakes", "node_ttl_s",
+_GATEWAY = ["handshake_rate_per_s", "handshake_burst", "max_half_open_handshakes",
+            "handshake_load_threshold", "node_ttl_s",
             "admin_listen", "admin_token_file"]  # fmt: skip
 _PROXY = ["header_timeout_s", "max_header_bytes", "idle_timeout_s", "max_connections",
           "default_timeout_s", "max_timeout_s", "max_requests_per_client",
+          "max_refusals_per_client_per_s", "refusal_penalty_s",
           "max_streams_per_node", "allowed_clients"]  # fmt: skip
 
 

@@ -11,6 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 from raven.protocol.connection import Role, TunnelConnection
+from raven.protocol.constants import MAGIC
 from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
@@ -21,6 +22,7 @@ from raven.protocol.events import (
     StreamOpened,
 )
 from raven.protocol.handshake import (
+    INITIATION_BYTES,
     RESPONSE_BYTES,
     InitiatorHandshake,
     ReplayGuard,
@@ -313,12 +315,12 @@ def test_forcing_aes_against_a_gateway_that_does_not_accept_it_fails_with_a_reas
 
 def test_an_agent_of_the_old_format_gets_a_clear_reason() -> None:
     """Before suites, the length prefix followed the magic: its first byte is 0 (message 1
-    is 109 bytes), which is never a suite."""
+    is 141 bytes), which is never a suite."""
     with pytest.raises(HandshakeRejected, match="older than suite negotiation") as info:
         accept_suite(0, (CHACHA,))
     assert info.value.reason == "unsupported_suite"
     gateway = make_gateway()
-    gateway.receive_data(b"RVN1\x00\x6d" + bytes(109), 0.0)
+    gateway.receive_data(MAGIC + INITIATION_BYTES.to_bytes(2, "big") + bytes(141), 0.0)
     [terminated] = events(gateway)
     assert isinstance(terminated, ConnectionTerminated)
     assert terminated.reason == "unsupported_suite"

@@ -1,0 +1,100 @@
+"""Gateway memory per connected agent (issue 12: goal <= 16 KiB per agent with 1 node each).
+
+A real `raven gateway` with --agents authorised keys (one node each) starts alone; its RSS is
+read once it is idle (every key configured, no tunnel). Then --agents real agents connect (each
+its own key, handshake, tunnel and registration: bench_fleet.py's agent role, spread over
+--agent-procs processes), the gateway's /metrics is scraped once (its collectors read every
+tunnel) and, once idle again, the RSS is read again. Per agent = the difference / --agents.
+Python's allocator keeps freed arenas, so the figure includes what the handshakes and the
+registration left behind, as an operator's RSS graph would.
+
+Usage: python bench/bench_gateway_memory.py [--agents 1000] [--agent-procs 2]
+Prints Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_fleet import Procs, http_json, status_kib, wait_port, write_setup  # noqa: E402
+
+FLEET = str(ROOT / "bench" / "bench_fleet.py")
+
+
+def settled_rss_kib(pid: int, seconds: float = 3.0) -> int:
+    """VmRSS once it stops moving (read every 0.5 s for ``seconds``; the last value)."""
+    end = time.monotonic() + seconds
+    value = status_kib(pid, "VmRSS")
+    while time.monotonic() < end:
+        time.sleep(0.5)
+        value = status_kib(pid, "VmRSS")
+    return value
+
+
+def run(args: argparse.Namespace, tmp: Path, procs: Procs) -> None:
+    setup = argparse.Namespace(
+        agents=args.agents, nodes_per_agent=1, node_port=9400, gpus=1, gzip=False,
+        interval_s=15, timeout_s=10,
+    )  # fmt: skip
+    spec = write_setup(tmp, setup)
+    gateway = [sys.executable, "-m", "raven.cli", "gateway", "--config", str(tmp / "gateway.yaml")]
+    pid = procs.start("gateway", gateway, tmp / "gateway.log").pid
+    wait_port("127.0.0.1", spec["admin_port"], 60)
+    idle = settled_rss_kib(pid, 5.0)
+    spec_path = str(tmp / "spec.json")
+    per = -(-args.agents // args.agent_procs)
+    t0 = time.monotonic()
+    for first in range(0, args.agents, per):
+        count = min(per, args.agents - first)
+        cmd = [sys.executable, FLEET, "--role", "agents", spec_path, str(first), str(count)]
+        procs.start("agents", cmd, tmp / f"agents-{first}.log")
+    url = f"http://127.0.0.1:{spec['admin_port']}/api/v1/targets?port=9400"
+    while len(http_json(url)) < args.agents:
+        if time.monotonic() - t0 > 300:
+            raise RuntimeError("agents did not all register within 300 s")
+        procs.check()
+        time.sleep(1.0)
+    up_s = time.monotonic() - t0
+    with urllib.request.urlopen(f"http://127.0.0.1:{spec['admin_port']}/metrics") as r:
+        metrics_bytes = len(r.read())
+    connected = settled_rss_kib(pid, 10.0)
+    per_agent = (connected - idle) / args.agents
+    print(f"### Gateway memory, {args.agents} agents x 1 node\n")
+    print("| measure | value |\n|---|---|")
+    print(f"| gateway RSS, keys configured, no tunnel | {idle / 1024:.1f} MiB |")
+    print(f"| gateway RSS, {args.agents} tunnels up and registered | {connected / 1024:.1f} MiB |")
+    print(f"| **per connected agent** | **{per_agent:.1f} KiB** (goal <= 16 KiB) |")
+    print(f"| all agents registered after | {up_s:.1f} s |")
+    print(f"| gateway /metrics size with every tunnel | {metrics_bytes / 1024:.0f} KiB |")
+    print(f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--agents", type=int, default=1000)
+    ap.add_argument("--agent-procs", type=int, default=2)
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 8192 <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (8192, hard))
+    tmp = Path(tempfile.mkdtemp(prefix="raven-bench-gwmem-"))
+    procs = Procs()
+    try:
+        run(args, tmp, procs)
+    finally:
+        procs.stop_all()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,50 @@
+"""Small types of the secure channel: which end it is (:class:`Role`), its counters
+(:class:`ChannelStats`), and what connected when the magic is wrong."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from raven.protocol.constants import MAGIC
+
+__all__ = ["ChannelStats", "Role", "describe_bad_magic"]
+
+_HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
+
+
+class Role(enum.Enum):
+    """Which end of the tunnel: the edge agent dials (initiator), the gateway listens."""
+
+    INITIATOR = "initiator"
+    RESPONDER = "responder"
+
+
+@dataclass(slots=True)
+class ChannelStats:
+    """Counters of one channel (live object, updated in place).
+
+    Bytes are wire bytes (magic, handshake messages, length prefixes and records);
+    records include key updates.
+    """
+
+    records_sent: int = 0
+    records_received: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rekeys_sent: int = 0
+    rekeys_received: int = 0
+    #: re-handshakes completed (new Diffie-Hellman keys inside the session)
+    rehandshakes: int = 0
+    #: (responder) cookie replies sent; (initiator) cookie replies accepted
+    cookie_replies: int = 0
+
+
+def describe_bad_magic(start: bytes) -> str:
+    if start.startswith(_HTTP_STARTS):
+        return f"an HTTP client connected to the tunnel port (got {start!r})"
+    if start.startswith(b"\x16\x03"):
+        return "a TLS client connected to the tunnel port"
+    if start.startswith(b"SSH-"):
+        return "an SSH client connected to the tunnel port"
+    return f"not a Raven tunnel client: expected magic {MAGIC!r}, got {start!r}"
