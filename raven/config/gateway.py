@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from raven.protocol.suites import DEFAULT_SUITE, Suite, suite_by_name
 
 #: ``transport_suites`` entry: the default suite, and AES-256-GCM on a CPU with AES instructions.
 SUITES_AUTO = "auto"
+
+#: What makes a node pattern a glob rather than an exact name (fnmatch syntax).
+_GLOB_CHARS = frozenset("*?[")
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,15 @@ class AuthorisedAgent:
     def may_serve(self, node: str) -> bool:
         """True if ``node`` matches one of this agent's names or globs."""
         node = node.lower()
-        return any(fnmatch.fnmatchcase(node, pat.lower()) for pat in self.nodes)
+        exact, globs = self._names
+        return node in exact or any(fnmatch.fnmatchcase(node, pat) for pat in globs)
+
+    @functools.cached_property
+    def _names(self) -> tuple[frozenset[str], tuple[str, ...]]:
+        """Exact names (a set lookup) and globs (fnmatch, which compiles a regex each)."""
+        lowered = [pat.lower() for pat in self.nodes]
+        globs = tuple(pat for pat in lowered if _GLOB_CHARS.intersection(pat))
+        return frozenset(pat for pat in lowered if pat not in globs), globs
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ import enum
 from dataclasses import dataclass
 
 from raven.protocol.constants import MAGIC
+from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
 
-__all__ = ["ChannelStats", "Role", "describe_bad_magic"]
+__all__ = ["ChannelStats", "Role", "check_magic", "describe_bad_magic"]
 
 _HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
 
@@ -38,6 +39,20 @@ class ChannelStats:
     rehandshakes: int = 0
     #: (responder) cookie replies sent; (initiator) cookie replies accepted
     cookie_replies: int = 0
+
+
+def check_magic(start: bytes) -> None:
+    """The first bytes of an incoming connection: MAGIC, else an error naming what connected
+    (HandshakeRejected ``unsupported_version`` for a Raven agent of another wire version)."""
+    if start == MAGIC:
+        return
+    if start[:3] == MAGIC[:3]:
+        raise HandshakeRejected(
+            f"an agent of tunnel wire version {start[3:]!r} connected, this gateway speaks"
+            f" {MAGIC[3:]!r}: run the same Raven release on both",
+            "unsupported_version",
+        )
+    raise RemoteProtocolError(describe_bad_magic(start))
 
 
 def describe_bad_magic(start: bytes) -> str:

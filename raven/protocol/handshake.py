@@ -160,8 +160,8 @@ class SessionKeys:
     handshake_hash: bytes
     #: the suite the handshake ran
     suite: Suite = DEFAULT_SUITE
-    #: (initiator) the suites the responder accepts, from message 2
-    peer_suites: frozenset[Suite] = frozenset()
+    #: (initiator) the suites the responder accepts, from message 2 (responder: None)
+    peer_suites: frozenset[Suite] | None = None
 
 
 @dataclass(slots=True)

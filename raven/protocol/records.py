@@ -48,7 +48,9 @@ __all__ = [
 MIN_RECORD_BYTES = 1 + TAG_BYTES
 
 _EMPTY = b""
-_SCRATCH_START_BYTES = 1024
+#: Scratch buffers start empty: the first record allocates what it needs, so an idle tunnel
+#: holds none.
+_SCRATCH_START_BYTES = 0
 
 
 def _grown(scratch: memoryview, needed: int) -> memoryview:
@@ -71,14 +73,15 @@ class OutputBuffer:
 
     Sealing a record writes its ciphertext straight into the buffer (no
     allocation per record); :meth:`take` copies the queued bytes out once per
-    batch. Capacity starts at ``initial_bytes`` (an idle tunnel costs little),
+    batch. Capacity starts at ``initial_bytes`` (none by default: it is allocated by
+    the first record, so thousands of idle tunnels cost little),
     doubles as needed, is kept while it is at most ``keep_bytes`` (bulk traffic
     reuses it) and shrinks back after a larger batch.
     """
 
     __slots__ = ("_buf", "_initial", "_keep", "_used")
 
-    def __init__(self, initial_bytes: int = 4096, keep_bytes: int = 1024 * 1024) -> None:
+    def __init__(self, initial_bytes: int = 0, keep_bytes: int = 1024 * 1024) -> None:
         self._buf = bytearray(initial_bytes)
         self._initial = initial_bytes
         self._keep = keep_bytes

@@ -75,24 +75,30 @@ class Scheduler:
         self._quantum_left = self._quantum
         self._stats = stats
         self._on_end_sent = on_end_sent
-        self._control: deque[bytes] = deque()
+        # The queues exist from their first item on: an empty deque costs ~760 bytes, and a
+        # gateway holds thousands of idle tunnels (None reads as empty, like the deque).
+        self._control: deque[bytes] | None = None
         #: encoded control bytes queued and not yet put into a payload
         self.control_bytes = 0
-        self._datagrams: deque[bytes] = deque()
+        self._datagrams: deque[bytes] | None = None
         #: bytes of the datagrams queued (bounded by Limits.max_queued_datagram_bytes)
         self.datagram_bytes = 0
-        self._ready: deque[Stream] = deque()
+        self._ready: deque[Stream] | None = None
 
     @property
     def has_output(self) -> bool:
         return bool(self._control or self._datagrams or self._ready)
 
     def queue_control(self, frame: bytes) -> None:
+        if self._control is None:
+            self._control = deque()
         self._control.append(frame)
         self.control_bytes += len(frame)
 
     def queue_datagram(self, data: bytes, max_count: int, max_bytes: int) -> bool:
         """Queue a datagram; False when ``max_count`` are queued or ``max_bytes`` would pass."""
+        if self._datagrams is None:
+            self._datagrams = deque()
         if len(self._datagrams) >= max_count or self.datagram_bytes + len(data) > max_bytes:
             return False
         self._datagrams.append(data)
@@ -103,16 +109,16 @@ class Scheduler:
         """The stream has data or an END to send: put it in the ring (once)."""
         if not stream.scheduled:
             stream.scheduled = True
+            if self._ready is None:
+                self._ready = deque()
             self._ready.append(stream)
 
     def clear(self) -> None:
-        self._control.clear()
-        self.control_bytes = 0
-        self._datagrams.clear()
-        self.datagram_bytes = 0
-        for stream in self._ready:
+        self._control = self._datagrams = None
+        self.control_bytes = self.datagram_bytes = 0
+        for stream in self._ready or ():
             stream.scheduled = False
-        self._ready.clear()
+        self._ready = None
 
     def next_payload(self) -> bytes | None:
         """The frames payload of the next record, or None when nothing is waiting."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
-from raven.protocol.channel_types import ChannelStats, Role, describe_bad_magic
+from raven.protocol.channel_types import ChannelStats, Role
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES, MAGIC
 from raven.protocol.cookie import COOKIE_REPLY_BYTES, CookieJar, CookieResponder
@@ -33,8 +33,6 @@ from raven.protocol.errors import (
     RemoteProtocolError,
 )
 from raven.protocol.handshake import (
-    INITIATION_BYTES,
-    RESPONSE_BYTES,
     InitiatorHandshake,
     ReplayGuard,
     SessionKeys,
@@ -50,24 +48,16 @@ from raven.protocol.lifecycle import (
     next_channel_state,
 )
 from raven.protocol.limits import Limits
+from raven.protocol.message_lengths import check_length
 from raven.protocol.noise import public_key
 from raven.protocol.records import (
-    MIN_RECORD_BYTES,
     OutputBuffer,
     RecordReceiver,
     RecordSender,
     RecordType,
     split_messages,
 )
-from raven.protocol.suites import (
-    DEFAULT_SUITES,
-    PREAMBLE_BYTES,
-    ChannelSuites,
-    Suite,
-    accept_suite,
-    preamble,
-    split_suite,
-)
+from raven.protocol.suites import DEFAULT_SUITES, PREAMBLE_BYTES, ChannelSuites, Suite, preamble
 
 __all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
 
@@ -325,21 +315,9 @@ class SecureChannel:
     def _consume(self, view: memoryview) -> int:
         offset = 0
         if self._state is ChannelState.AWAIT_MAGIC:
-            if len(view) < len(MAGIC):
-                return 0  # at most 3 bytes wait for the rest of the magic
-            start = bytes(view[: len(MAGIC)])
-            if start != MAGIC:
-                if start[:3] == MAGIC[:3]:  # a Raven peer of another wire version
-                    raise HandshakeRejected(
-                        f"an agent of tunnel wire version {start[3:]!r} connected, this gateway"
-                        f" speaks {MAGIC[3:]!r}: run the same Raven release on both",
-                        "unsupported_version",
-                    )
-                raise RemoteProtocolError(describe_bad_magic(start))
-            if len(view) < PREAMBLE_BYTES:
-                return 0  # the suite byte follows
-            self.suites.offered = accept_suite(view[len(MAGIC)], self.suites.accepted)
-            offset = PREAMBLE_BYTES
+            offset = self.suites.read_preamble(view)
+            if not offset:
+                return 0  # at most 4 bytes wait for the rest of the magic and the suite byte
             self._move(ChannelInput.RECV_MAGIC)
         if offset == len(view):
             return offset
@@ -347,22 +325,7 @@ class SecureChannel:
             return offset + split_messages(rest, self._on_message, self._check_length)
 
     def _check_length(self, length: int) -> None:
-        state = self._state
-        if state in ESTABLISHED_STATES or state is ChannelState.AWAIT_CONFIRMATION:
-            if length < MIN_RECORD_BYTES:
-                raise RemoteProtocolError(f"record of {length} bytes is too short")
-        elif state is ChannelState.AWAIT_INITIATION:
-            if length != INITIATION_BYTES:
-                raise HandshakeRejected(
-                    f"initiation of {length} bytes, expected {INITIATION_BYTES}", "malformed"
-                )
-        elif length not in (RESPONSE_BYTES, COOKIE_REPLY_BYTES):
-            start = length.to_bytes(LENGTH_PREFIX_BYTES, "big")
-            raise HandshakeRejected(
-                f"response of {length} bytes, expected {RESPONSE_BYTES} (starts {start!r}: "
-                "is the gateway address really a Raven tunnel port?)",
-                "malformed",
-            )
+        check_length(self._state, length)
 
     def _on_message(self, message: memoryview) -> bool:
         receiver = self._receiver
@@ -462,9 +425,8 @@ class SecureChannel:
                 self.rehandshake_at = self._now  # upgrade the suite at once
 
     def _adopt(self, keys: SessionKeys) -> None:
-        """New keys' handshake hash, suite and (initiator) the responder's suites."""
         self._handshake_hash = keys.handshake_hash
-        self.suites.adopt(keys.suite, keys.peer_suites if self._role is Role.INITIATOR else None)
+        self.suites.adopt(keys.suite, keys.peer_suites)
 
     # -- re-handshake: new Diffie-Hellman keys inside the session ---------------------------
     #
@@ -515,7 +477,7 @@ class SecureChannel:
         """(responder) Message 1 of a re-handshake, inside the session: the same agent
         key, still authorised (a key removed meanwhile closes the tunnel here), after
         the suite byte (as on a new connection)."""
-        suite, message = split_suite(message, self.suites.accepted)
+        suite, message = self.suites.split(message)
         accepted = consume_initiation(
             message,
             static_private=self._static_private,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Iterable, Sequence
 
+from raven.protocol.channel_types import check_magic
 from raven.protocol.constants import MAGIC, PROLOGUE
 from raven.protocol.errors import HandshakeRejected
 
@@ -160,6 +161,21 @@ class ChannelSuites:
         self.current: Suite | None = None
         self.offered = DEFAULT_SUITE
         self.peer = frozenset(peer) if peer is not None else None
+
+    def read_preamble(self, view: memoryview) -> int:
+        """(responder) A connection's first bytes: MAGIC (else check_magic names what
+        connected) and an accepted suite byte, then :attr:`offered`. Returns the bytes
+        used, 0 while the preamble is incomplete."""
+        if len(view) >= len(MAGIC):
+            check_magic(bytes(view[: len(MAGIC)]))
+        if len(view) < PREAMBLE_BYTES:
+            return 0
+        self.offered = accept_suite(view[len(MAGIC)], self.accepted)
+        return PREAMBLE_BYTES
+
+    def split(self, message: bytes) -> tuple[Suite, bytes]:
+        """(responder) A re-handshake's message 1 record: (its accepted suite, message 1)."""
+        return split_suite(message, self.accepted)
 
     def adopt(self, suite: Suite, peer: frozenset[Suite] | None) -> None:
         """A handshake of ``suite`` completed; an initiator learnt the responder's ``peer``."""

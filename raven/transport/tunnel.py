@@ -78,13 +78,15 @@ class Tunnel(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._write_paused = False
-        self._write_resumed = asyncio.Event()
-        self._write_resumed.set()
+        #: set when writing resumes; made by the first writer that has to wait (an Event
+        #: costs ~1 KiB and most tunnels never pause)
+        self._write_resumed: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flush = False
         self._in_events = False
         self._flush_scheduled = False
-        self._no_streams = asyncio.Event()
+        #: set when the last stream is gone; made by wait_streams_done (drain) only
+        self._no_streams: asyncio.Event | None = None
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -116,12 +118,16 @@ class Tunnel(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
-        self._write_resumed.clear()
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._write_resumed.set()
+        self._wake_writers()
         self._flush_now()
+
+    def _wake_writers(self) -> None:
+        resumed, self._write_resumed = self._write_resumed, None
+        if resumed is not None:
+            resumed.set()
 
     # ------------------------------------------------------------ public API
     @property
@@ -194,7 +200,8 @@ class Tunnel(asyncio.Protocol):
     async def wait_streams_done(self, timeout_s: float) -> bool:
         """Wait until no stream is open, at most ``timeout_s``; True if none are left."""
         if self.streams and not self.closed.done():
-            self._no_streams.clear()
+            if self._no_streams is None:
+                self._no_streams = asyncio.Event()
             try:
                 async with asyncio.timeout(timeout_s):
                     await self._no_streams.wait()
@@ -224,11 +231,18 @@ class Tunnel(asyncio.Protocol):
     def _forget(self, stream_id: int) -> None:
         self.streams.pop(stream_id, None)
         if not self.streams:
-            self._no_streams.set()
+            self._streams_done()
 
     async def _wait_writable(self) -> None:
         if self._write_paused and not self.closed.done():
+            if self._write_resumed is None:
+                self._write_resumed = asyncio.Event()
             await self._write_resumed.wait()
+
+    def _streams_done(self) -> None:
+        done, self._no_streams = self._no_streams, None
+        if done is not None:
+            done.set()
 
     # ------------------------------------------------------------ the engine
     def _after_io(self) -> None:
@@ -290,7 +304,7 @@ class Tunnel(asyncio.Protocol):
         finally:
             self._in_events = False
         if not self.streams:
-            self._no_streams.set()
+            self._streams_done()
 
     def _dispatch(self, event: ev.Event) -> None:
         if isinstance(event, ev.StreamDataReceived):
@@ -385,13 +399,13 @@ class Tunnel(asyncio.Protocol):
             if stream.opened is not None and not stream.opened.done():
                 stream.opened.set_exception(StreamOpenError(OpenFailure.TUNNEL_CLOSED, reason))
         self.streams.clear()
-        self._no_streams.set()
+        self._streams_done()
         if not self.handshake.done():
             self.handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
             self.handshake.exception()  # retrieved: nobody may be waiting
         final = event or ev.ConnectionTerminated(code=code, reason=reason, by_peer=by_peer)
         self.closed.set_result(final)
-        self._write_resumed.set()
+        self._wake_writers()
         if self.transport is not None:
             # push out a final CLOSE frame if the connection produced one
             try:
