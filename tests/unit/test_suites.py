@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 from raven.protocol.connection import Role, TunnelConnection
 from raven.protocol.constants import MAGIC
+from raven.protocol.cookie import CookieResponder
 from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
@@ -33,6 +34,7 @@ from raven.protocol.handshake import (
 )
 from raven.protocol.limits import Limits
 from raven.protocol.noise import MAX_NONCE, CipherState, HandshakeState, generate_keypair
+from raven.protocol.secure_channel import SecureChannel
 from raven.protocol.suites import (
     DEFAULT_SUITE,
     Suite,
@@ -337,3 +339,22 @@ def test_a_rehandshake_naming_a_refused_suite_closes_the_tunnel() -> None:
     pump(agent, gateway, 60.0)
     closed = [e for e in events(gateway) if isinstance(e, ConnectionTerminated)]
     assert closed and closed[0].reason == "unsupported_suite"
+
+
+def test_the_fresh_message_1_after_a_cookie_reply_keeps_the_suite_of_the_preamble() -> None:
+    """Under load the gateway answers message 1 with a cookie reply; the agent's fresh
+    message 1 on the same connection (no preamble again) runs the suite it named."""
+    cookies = CookieResponder(GW_PUB, under_load=lambda: True)
+    gateway = SecureChannel(role=Role.RESPONDER, static_private=GW_PRIV, limits=LIMITS, now=0.0,
+                            authorize=AGENT_PUB.__eq__, cookies=cookies,
+                            suites=(CHACHA, AES))  # fmt: skip
+    gateway.set_source_address(bytes([127, 0, 0, 1]))
+    agent = SecureChannel(role=Role.INITIATOR, static_private=AGENT_PRIV, limits=LIMITS, now=0.0,
+                          remote_static=GW_PUB, wall_time_ns=T0_NS, suites=(AES,))  # fmt: skip
+    gateway.receive_data(agent.data_to_send(), 0.0)
+    assert gateway.stats.cookie_replies == 1 and not gateway.has_keys
+    agent.receive_data(gateway.data_to_send(), 0.0)  # the cookie reply: a fresh message 1
+    gateway.receive_data(agent.data_to_send(), 0.0)
+    agent.receive_data(gateway.data_to_send(), 0.0)
+    assert gateway.receive_data(agent.data_to_send(), 0.0) == [b""]  # key confirmation
+    assert agent.suites.current is gateway.suites.current is AES
