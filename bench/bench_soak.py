@@ -55,11 +55,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_backfill import Procs, http_json, wait  # noqa: E402
 from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file  # noqa: E402
-from raven.protocol.connection import TunnelConnection  # noqa: E402
-from raven.protocol.frames import encode_register  # noqa: E402
 from raven.protocol.limits import Limits  # noqa: E402
-from raven.protocol.secure_channel import Role  # noqa: E402
 from tests.helpers import free_port  # noqa: E402
+from tests.helpers.hostile_agent import HostileAgent, register_frames, run_hostile_agent  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
 RAVEN = [sys.executable, "-m", "raven.cli"]
@@ -275,55 +273,12 @@ async def _wait_eof_unread(r: asyncio.StreamReader) -> None:
 
 
 async def hostile_agent(lab: Lab, stop: float, tally: Tally, register: list[bytes]) -> None:
-    """Cycles REGISTER floods, OPEN floods and garbage records, reconnecting after each."""
-    attacks = ("register-flood", "open-flood", "garbage-records")
-    i = 0
-    while time.monotonic() < stop:
-        kind = attacks[i % len(attacks)]
-        i += 1
-        try:
-            await _one_attack(lab, kind, register)
-            tally.hostile[f"agent {kind}"] += 1
-        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
-            tally.hostile[f"agent {kind} {type(exc).__name__}"] += 1
-        await asyncio.sleep(0.5)
-
-
-async def _one_attack(lab: Lab, kind: str, register: list[bytes]) -> None:
-    conn = TunnelConnection(role=Role.INITIATOR, static_private=lab.hostile_private,
-                            remote_static=lab.gw_public, limits=Limits(),
-                            now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", lab.ports.tunnel, local_addr=("127.0.4.1", 0)
-    )
-    try:
-        writer.write(conn.data_to_send())
-        conn.receive_data(await asyncio.wait_for(reader.read(4096), 10), time.monotonic())
-        writer.write(conn.data_to_send(None, time.monotonic()))  # key confirmation
-        drain = asyncio.create_task(_discard(reader))
-        until = time.monotonic() + 10
-        while not drain.done() and time.monotonic() < until:
-            if kind == "register-flood":
-                for frame in register:
-                    conn._channel.seal(frame, time.monotonic())  # raw frames, no mux checks
-            elif kind == "open-flood":
-                for _ in range(2000):
-                    conn.open_stream("hostile-x", 9100)
-            else:
-                writer.write(os.urandom(65536))
-            writer.write(conn.data_to_send(None, time.monotonic()))
-            await writer.drain()
-            await asyncio.sleep(0.05)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(drain, 10)
-    finally:
-        writer.close()
-
-
-async def _discard(reader: asyncio.StreamReader) -> None:
-    with contextlib.suppress(OSError):
-        while await reader.read(65536):
-            pass
+    """Cycles REGISTER floods, OPEN floods and garbage records, reconnecting after each
+    (tests/helpers/hostile_agent.py), from its own source address."""
+    agent = HostileAgent(private=lab.hostile_private, gateway_public=lab.gw_public,
+                         gateways=[("127.0.0.1", lab.ports.tunnel)], register=register,
+                         local_host="127.0.4.1", round_s=10.0, linger_s=10.0)  # fmt: skip
+    await run_hostile_agent(agent, stop, tally.hostile, prefix="agent ")
 
 
 # ---------------------------------------------------------------- measuring
@@ -394,8 +349,7 @@ def agent_connects(lab: Lab, site: str) -> int:
 
 async def load(lab: Lab, args: argparse.Namespace, tally: Tally) -> None:
     p = lab.ports
-    names = [f"hostile-{i}-{'x' * 40}" for i in range(Limits().max_registration_entries)]
-    register = await asyncio.to_thread(lambda: list(encode_register(names, [], 60_000)))
+    register = await asyncio.to_thread(register_frames, "hostile-", Limits())
     stop = time.monotonic() + args.minutes * 60
     tasks = [
         benign(

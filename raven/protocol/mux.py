@@ -16,13 +16,13 @@ stream data by deficit round robin with a quantum of
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 
 from raven.protocol.budget import ControlBudget
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES
 from raven.protocol.errors import LocalProtocolError
+from raven.protocol.event_queue import EventQueue
 from raven.protocol.events import (
     ConnectionTerminated,
     DatagramReceived,
@@ -97,8 +97,7 @@ class Multiplexer:
         self._out = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
         self._chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
-        #: events for the caller, from the first one on (an idle tunnel holds no deque)
-        self._events: deque[Event] | None = None
+        self._events = EventQueue()
         #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
         self._state = TunnelState.HANDSHAKING
         self._drain_deadline: float | None = None
@@ -150,12 +149,10 @@ class Multiplexer:
         return None if stream is None else stream.state
 
     def next_event(self) -> Event | None:
-        return self._events.popleft() if self._events else None
+        return self._events.popleft()
 
     def add_event(self, event: Event) -> None:
-        """Queue an event (also one produced by the layer above, e.g. HandshakeCompleted)."""
-        if self._events is None:
-            self._events = deque()
+        """Queue an event produced by the layer above (e.g. HandshakeCompleted)."""
         self._events.append(event)
 
     # ------------------------------------------------------------------ streams: our calls
@@ -170,7 +167,7 @@ class Multiplexer:
         table.take_local_id()
         window, busy = table.window_for_new_stream()
         if busy:
-            self.add_event(StreamRefused(stream_id, StreamCode.BUSY, busy))
+            self._events.append(StreamRefused(stream_id, StreamCode.BUSY, busy))
             return stream_id
         stream = table.add(stream_id, window)
         stream.apply(_I.SEND_OPEN)
@@ -312,12 +309,12 @@ class Multiplexer:
         self._move(TunnelInput.RECV_CLOSE if by_peer else TunnelInput.LOCAL_CLOSE)
         reason = clean_reason(reason)
         for stream in self._table.clear():
-            self.add_event(
+            self._events.append(
                 StreamReset(stream.stream_id, StreamCode.TUNNEL_CLOSED, reason, by_peer=False)
             )
             self.stats.count_reset(StreamCode.TUNNEL_CLOSED.label)
         self._out.clear()
-        self.add_event(ConnectionTerminated(code, reason, by_peer))
+        self._events.append(ConnectionTerminated(code, reason, by_peer))
 
     def confirm(self, now: float) -> None:
         """The channel is established (keys confirmed): the tunnel opens and keepalive
@@ -347,7 +344,7 @@ class Multiplexer:
             self._drain_deadline = None
             for stream in list(self._table.streams.values()):
                 self._send_reset(stream, StreamCode.DRAINING, "drain timeout")
-                self.add_event(
+                self._events.append(
                     StreamReset(stream.stream_id, StreamCode.DRAINING, "drain timeout", False)
                 )
 
@@ -377,7 +374,7 @@ class Multiplexer:
     def _finish(self, stream: Stream) -> None:
         """A cleanly closed stream: both ENDs are through."""
         self._table.forget(stream)
-        self.add_event(StreamClosed(stream.stream_id))
+        self._events.append(StreamClosed(stream.stream_id))
 
     # ------------------------------------------------------------------ input
 
@@ -415,13 +412,13 @@ class Multiplexer:
         if not stream.on_data(size):
             reason = "stream window exceeded"
             self._send_reset(stream, StreamCode.PROTOCOL_ERROR, reason)
-            self.add_event(
+            self._events.append(
                 StreamReset(frame.stream_id, StreamCode.PROTOCOL_ERROR, reason, by_peer=False)
             )
             return
         if size:
             self._table.buffered += size
-            self.add_event(StreamDataReceived(frame.stream_id, frame.data))
+            self._events.append(StreamDataReceived(frame.stream_id, frame.data))
 
     def _on_control(self, frame: Frame, now: float) -> None:
         if isinstance(frame, OpenFrame):
@@ -433,21 +430,21 @@ class Multiplexer:
                 self.stats.count_drop("oversize_received")
                 return
             self.stats.datagrams_received += 1
-            self.add_event(DatagramReceived(frame.data))
+            self._events.append(DatagramReceived(frame.data))
         elif isinstance(frame, PingFrame):
             self._queue_peer_induced([encode_frame(PongFrame(frame.opaque))])
         elif isinstance(frame, PongFrame):
             rtt_s = self._keepalive.pong(frame.opaque, now)
             if rtt_s is not None:
-                self.add_event(PongReceived(rtt_s))
+                self._events.append(PongReceived(rtt_s))
         elif isinstance(frame, RegisterFrame | RegisterResultFrame):
             registration = self._registration.feed(frame)
             if registration is not None:
-                self.add_event(registration)
+                self._events.append(registration)
         elif isinstance(frame, GoAwayFrame):
             if self._state not in (TunnelState.DRAINING_REMOTE, TunnelState.DRAINING_BOTH):
                 self._move(TunnelInput.RECV_GOAWAY)
-                self.add_event(GoAwayReceived(frame.code, frame.reason))
+                self._events.append(GoAwayReceived(frame.code, frame.reason))
         elif isinstance(frame, CloseFrame):
             self.abort(frame.code, frame.reason, by_peer=True)
 
@@ -466,7 +463,7 @@ class Multiplexer:
             return
         stream = self._table.add(stream_id, window)
         stream.apply(_I.RECV_OPEN)
-        self.add_event(StreamOpened(stream_id, frame.node, frame.port))
+        self._events.append(StreamOpened(stream_id, frame.node, frame.port))
 
     def _on_stream_control(
         self, frame: CreditFrame | EndFrame | ResetFrame | OpenResultFrame
@@ -479,10 +476,10 @@ class Multiplexer:
             stream.apply(_I.RECV_CREDIT)
             stream.on_credit(frame.increment)
             if stream.state in SENDING_STATES:
-                self.add_event(StreamWindowOpened(stream_id))
+                self._events.append(StreamWindowOpened(stream_id))
         elif isinstance(frame, EndFrame):
             stream.apply(_I.RECV_END)
-            self.add_event(StreamEnded(stream_id))
+            self._events.append(StreamEnded(stream_id))
             if stream.finished:
                 self._finish(stream)
         elif isinstance(frame, ResetFrame):
@@ -490,11 +487,11 @@ class Multiplexer:
             stream.discard_queue()
             self.stats.count_reset(frame.code.label)
             self._table.forget(stream)
-            self.add_event(StreamReset(stream_id, frame.code, frame.reason, by_peer=True))
+            self._events.append(StreamReset(stream_id, frame.code, frame.reason, by_peer=True))
         elif frame.code is StreamCode.OK:
             stream.apply(_I.RECV_ACCEPT)
-            self.add_event(StreamAccepted(stream_id))
+            self._events.append(StreamAccepted(stream_id))
         else:
             stream.apply(_I.RECV_REFUSE)
             self._table.forget(stream)
-            self.add_event(StreamRefused(stream_id, frame.code, frame.reason))
+            self._events.append(StreamRefused(stream_id, frame.code, frame.reason))

@@ -134,6 +134,7 @@ class Scheduler:
             label = _FRAME_LABELS[frame[0]]
             sent[label] = sent.get(label, 0) + 1
         if not control:
+            self._control = None  # an idle tunnel holds no deque (see __init__)
             if self._datagrams:
                 room = self._add_datagrams(parts, room)
             if self._ready:
