@@ -2,12 +2,15 @@
 
 One "scrape" is what the protocol does for one proxied request: the gateway opens a stream, the
 agent accepts, a 200-byte request goes one way, a 100 KB response the other, both ENDs, every
-record sealed and opened (ChaCha20-Poly1305), events drained and credit returned on both sides.
-Reports CPU microseconds per scrape (both sides together; CPU, not wall time, so the figure holds
-on a busy machine) as a Markdown row: the build of ``raven.protocol`` that ran (``pure``, the .py
-modules, or ``compiled``, mypyc: ``scripts/build-compiled``), the median and the best round.
+record sealed and opened (under the transport suite ``--cipher``), events drained and credit
+returned on both sides. Reports CPU microseconds per scrape (both sides together; CPU, not wall
+time, so the figure holds on a busy machine) as a Markdown row: the build of ``raven.protocol``
+that ran (``pure``, the .py modules, or ``compiled``, mypyc: ``scripts/build-compiled``), the
+suite, the median and the best round. ``--cipher both`` measures both suites in the same run,
+rounds interleaved (one row each).
 
 Usage: python bench/bench_core.py [--scrapes 2000] [--rounds 5]
+                                  [--cipher chacha20-poly1305|aes-256-gcm|both]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from raven.protocol import events as ev  # noqa: E402
 from raven.protocol.connection import Role, TunnelConnection  # noqa: E402
 from raven.protocol.limits import Limits  # noqa: E402
 from raven.protocol.noise import generate_keypair  # noqa: E402
+from raven.protocol.suites import Suite, suite_by_name  # noqa: E402
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: edge-bench:9400\r\n" + b"X: y\r\n" * 20 + b"\r\n"
 RESPONSE = b"x" * (100 * 1024)
@@ -55,16 +59,19 @@ def drain(conn: TunnelConnection) -> list[ev.Event]:
     return out
 
 
-def connected() -> tuple[TunnelConnection, TunnelConnection]:
+def connected(suite: Suite) -> tuple[TunnelConnection, TunnelConnection]:
     limits = Limits()
     agent_priv, agent_pub = generate_keypair()
     gw_priv, gw_pub = generate_keypair()
     agent = TunnelConnection(role=Role.INITIATOR, static_private=agent_priv, limits=limits,
-                             now=0.0, remote_static=gw_pub, wall_time_ns=time.time_ns())  # fmt: skip
+                             now=0.0, remote_static=gw_pub, wall_time_ns=time.time_ns(),
+                             suites=(suite,))  # fmt: skip
     gateway = TunnelConnection(role=Role.RESPONDER, static_private=gw_priv, limits=limits,
-                               now=0.0, authorize=lambda key: key == agent_pub)  # fmt: skip
+                               now=0.0, authorize=lambda key: key == agent_pub,
+                               suites=tuple(Suite))  # fmt: skip
     pump(agent, gateway, 0.0)
     drain(agent), drain(gateway)
+    assert agent.suite is gateway.suite is suite
     return agent, gateway
 
 
@@ -97,16 +104,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scrapes", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cipher", default=Suite.CHACHAPOLY.label,
+                        choices=[*(s.label for s in Suite), "both"])  # fmt: skip
     args = parser.parse_args()
-    agent, gateway = connected()
+    suites = list(Suite) if args.cipher == "both" else [suite_by_name(args.cipher)]
+    pairs = {suite: connected(suite) for suite in suites}
     now = 1.0
-    per_scrape: list[float] = []
+    per_scrape: dict[Suite, list[float]] = {suite: [] for suite in suites}
     for _ in range(args.rounds):
-        started = time.process_time()
-        for _ in range(args.scrapes):
-            scrape(agent, gateway, now)
-        per_scrape.append((time.process_time() - started) / args.scrapes * 1e6)
-    print(f"| {build()} | {statistics.median(per_scrape):.0f} | {min(per_scrape):.0f} |")
+        for suite, (agent, gateway) in pairs.items():  # interleaved: same machine state
+            started = time.process_time()
+            for _ in range(args.scrapes):
+                scrape(agent, gateway, now)
+            per_scrape[suite].append((time.process_time() - started) / args.scrapes * 1e6)
+    for suite, rounds in per_scrape.items():
+        median, best = statistics.median(rounds), min(rounds)
+        print(f"| {build()} | {suite.label} | {median:.0f} | {best:.0f} |")
     return 0
 
 

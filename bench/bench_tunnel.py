@@ -7,7 +7,10 @@ Topology, each box its own process (so the two cores are used as in production):
 
 The client opens N connections and reads for a fixed time; we report MB/s, and CPU
 seconds per GB of the two middle processes (from /proc). The ratio ours/reference is
-the figure. Usage: python bench/bench_tunnel.py [--seconds 5] [--streams 1 64]
+the figure. ``--cipher both`` runs the tunnel under each transport suite in the same run
+(the gateway accepts both, the agent is configured with one).
+Usage: python bench/bench_tunnel.py [--seconds 5] [--streams 1 64]
+                                    [--cipher chacha20-poly1305|aes-256-gcm|both]
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ async def role_gateway(port: int, tunnel_port: int, keydir: str, source_port: in
     from raven.keys import encode_key, public_key, read_private_key_file
     from raven.metrics import TunnelMetrics
     from raven.protocol.limits import Limits
+    from raven.protocol.suites import Suite
     from raven.transport.stream import StreamResetError
 
     gw = read_private_key_file(Path(keydir) / "gw.key")
@@ -97,6 +101,7 @@ async def role_gateway(port: int, tunnel_port: int, keydir: str, source_port: in
         metrics=metrics,
         handshake_rate_per_s=100,
         handshake_burst=100,
+        suites=tuple(Suite),
     )
     await listener.start()
 
@@ -117,7 +122,7 @@ async def role_gateway(port: int, tunnel_port: int, keydir: str, source_port: in
         await server.serve_forever()
 
 
-async def role_agent(tunnel_port: int, keydir: str, source_port: int) -> None:
+async def role_agent(tunnel_port: int, keydir: str, source_port: int, cipher: str) -> None:
     from prometheus_client import CollectorRegistry
 
     from edge_agent.dialer import DialSettings, GatewayLink
@@ -125,11 +130,14 @@ async def role_agent(tunnel_port: int, keydir: str, source_port: int) -> None:
     from raven.keys import public_key, read_private_key_file
     from raven.metrics import TunnelMetrics
     from raven.protocol.limits import Limits
+    from raven.protocol.suites import suite_by_name
 
     gw_pub = public_key(read_private_key_file(Path(keydir) / "gw.key"))
     agent = read_private_key_file(Path(keydir) / "agent.key")
     relay = Relay({"bench-src": "127.0.0.1"}, [source_port], 5.0, CollectorRegistry())
-    settings = DialSettings(agent, gw_pub, bytes(32), Limits(), 0.1, 1.0)
+    settings = DialSettings(
+        agent, gw_pub, bytes(32), Limits(), 0.1, 1.0, suites=(suite_by_name(cipher),)
+    )
     link = GatewayLink(
         "127.0.0.1",
         tunnel_port,
@@ -175,13 +183,15 @@ def spawn(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, __file__, "--role", *args], cwd=ROOT)
 
 
-def run_path(kind: str, streams: int, seconds: float, keydir: str) -> tuple[float, float]:
+def run_path(
+    kind: str, streams: int, seconds: float, keydir: str, cipher: str = ""
+) -> tuple[float, float]:
     src, entry, mid = free_port(), free_port(), free_port()
     procs = [spawn("source", str(src))]
     if kind == "tunnel":
         middle = [
             spawn("gateway", str(entry), str(mid), keydir, str(src)),
-            spawn("agent", str(mid), keydir, str(src)),
+            spawn("agent", str(mid), keydir, str(src), cipher),
         ]
     else:
         middle = [spawn("relay", str(entry), str(mid)), spawn("relay", str(mid), str(src))]
@@ -209,7 +219,12 @@ def main() -> None:
     ap.add_argument("--role", nargs="+")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 64])
+    ap.add_argument(
+        "--cipher", default="chacha20-poly1305",
+        choices=["chacha20-poly1305", "aes-256-gcm", "both"],
+    )  # fmt: skip
     args = ap.parse_args()
+    ciphers = ["chacha20-poly1305", "aes-256-gcm"] if args.cipher == "both" else [args.cipher]
     try:
         import uvloop
 
@@ -225,7 +240,7 @@ def main() -> None:
         elif role == "gateway":
             run(role_gateway(int(rest[0]), int(rest[1]), rest[2], int(rest[3])))
         elif role == "agent":
-            run(role_agent(int(rest[0]), rest[1], int(rest[2])))
+            run(role_agent(int(rest[0]), rest[1], int(rest[2]), rest[3]))
         return
     from raven.keys import generate_private_key, write_private_key_file
 
@@ -233,19 +248,22 @@ def main() -> None:
         write_private_key_file(Path(keydir) / "gw.key", generate_private_key())
         write_private_key_file(Path(keydir) / "agent.key", generate_private_key())
         print(
-            f"Command: `python bench/bench_tunnel.py --seconds {args.seconds:g}` "
-            f"({os.cpu_count()} cores, loopback)\n"
+            f"Command: `python bench/bench_tunnel.py --seconds {args.seconds:g} --cipher "
+            f"{args.cipher}` ({os.cpu_count()} cores, loopback)\n"
         )
         print(
-            "| streams | tunnel MB/s | plain relay MB/s | ratio | tunnel CPU s/GB | relay CPU s/GB |"
+            "| streams | suite | tunnel MB/s | plain relay MB/s | ratio | tunnel CPU s/GB "
+            "| relay CPU s/GB |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         for n in args.streams:
-            t_mb, t_cpu = run_path("tunnel", n, args.seconds, keydir)
             r_mb, r_cpu = run_path("relay", n, args.seconds, keydir)
-            print(
-                f"| {n} | {t_mb:.0f} | {r_mb:.0f} | {t_mb / r_mb:.2f} | {t_cpu:.2f} | {r_cpu:.2f} |"
-            )
+            for cipher in ciphers:
+                t_mb, t_cpu = run_path("tunnel", n, args.seconds, keydir, cipher)
+                print(
+                    f"| {n} | {cipher} | {t_mb:.0f} | {r_mb:.0f} | {t_mb / r_mb:.2f} "
+                    f"| {t_cpu:.2f} | {r_cpu:.2f} |"
+                )
 
 
 if __name__ == "__main__":

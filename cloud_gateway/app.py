@@ -58,6 +58,7 @@ class GatewayApp:
             handshake_burst=config.handshake_burst,
             max_half_open=config.max_half_open_handshakes,
             load_threshold=config.handshake_load_threshold,
+            suites=config.accepted_suites(),
         )
         self.admin = AdminServer(
             config.admin_listen,

@@ -55,6 +55,7 @@ class AgentSession:
             "remote_address": self.tunnel.peer,
             "connected_since": _iso(self.connected_since),
             "rtt_seconds": self.tunnel.rtt_s,
+            "suite": suite.label if (suite := self.tunnel.conn.suite) is not None else None,
             "nodes": sorted(self.nodes),
             "prefixes": list(self.prefixes),
             "refused": [{"entry": e, "reason": r} for e, r in self.refused],

@@ -7,7 +7,7 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from cloud_gateway.registry import AgentSession, Registry, check_registration_bounded
 from raven.config.gateway import AuthorisedAgent
@@ -30,6 +30,7 @@ from raven.protocol.limits import Limits
 from raven.protocol.noise import public_key
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
+from raven.protocol.suites import DEFAULT_SUITES, Suite
 from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class TunnelListener:
         handshake_burst: int,
         max_half_open: int = 1024,
         load_threshold: int = 64,
+        suites: Sequence[Suite] = DEFAULT_SUITES,
     ) -> None:
         self.host, self.port = parse_hostport(listen)
         self.static_private = static_private
@@ -73,6 +75,8 @@ class TunnelListener:
         #: handshakes in progress above which initiations must carry a cookie (0: always)
         self.load_threshold = load_threshold
         self.cookies = CookieResponder(public_key(static_private), under_load=self._under_load)
+        #: transport suites agents may use (told to each in message 2)
+        self.suites = tuple(suites)
         self.tunnels: set[Tunnel] = set()
         self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
@@ -105,6 +109,7 @@ class TunnelListener:
             authorize=self.registry.authorize,
             replay_guard=self.replay_guard,
             cookies=self.cookies,
+            suites=self.suites,
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit)
         tunnel.on_event = lambda event: self._on_event(tunnel, event)

@@ -42,6 +42,7 @@ class AgentApp:
             max_backoff_s=config.reconnect.max_backoff_s,
             probe_s=config.reconnect.probe_s,
             probe_for_s=config.reconnect.probe_for_s,
+            suites=config.transport_suites(),
         )
         self.dialer = Dialer(
             config.gateway,

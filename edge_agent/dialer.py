@@ -27,6 +27,7 @@ from raven.protocol.connection import TunnelConnection
 from raven.protocol.cookie import CookieJar
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
+from raven.protocol.suites import DEFAULT_SUITES, Suite, first_suite
 from raven.transport.tunnel import StreamHandler, Tunnel
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class DialSettings:
     #: (full jitter) and give each TCP connect twice this (see ReconnectConfig)
     probe_s: float = 1.0
     probe_for_s: float = 900.0
+    #: transport suites offered, in order of preference (AgentConfig.transport_suites)
+    suites: tuple[Suite, ...] = DEFAULT_SUITES
 
 
 #: Errors that say the network path is broken, not that a gateway answered (refused, busy).
@@ -127,6 +130,8 @@ class GatewayLink:
         self._stopping = False
         #: monotonic time the last tunnel was lost, while the path is believed broken
         self._lost_at: float | None = None
+        #: the suites this gateway accepted last time (None: not connected yet)
+        self.peer_suites: frozenset[Suite] | None = None
 
     @property
     def label(self) -> str:
@@ -190,18 +195,27 @@ class GatewayLink:
             )
             await asyncio.sleep(delay)
 
-    async def _connect_once(self) -> None:
-        loop = asyncio.get_running_loop()
-        conn = TunnelConnection(
+    def _new_connection(self, now: float) -> TunnelConnection:
+        """The sans-IO tunnel of one attempt: its suite follows what this gateway accepted
+        last time (``peer_suites``), its message 1 the cookie it sent (``cookie_jar``)."""
+        settings = self.settings
+        return TunnelConnection(
             role=Role.INITIATOR,
-            static_private=self.settings.static_private,
-            remote_static=self.settings.gateway_public,
-            psk=self.settings.psk,
-            limits=self.settings.limits,
-            now=loop.time(),
+            static_private=settings.static_private,
+            remote_static=settings.gateway_public,
+            psk=settings.psk,
+            limits=settings.limits,
+            now=now,
             wall_time_ns=time.time_ns(),
             cookie_jar=self.cookie_jar,
+            suites=settings.suites,
+            peer_suites=self.peer_suites,
         )
+
+    async def _connect_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        offered = first_suite(self.settings.suites, self.peer_suites)
+        conn = self._new_connection(loop.time())
         tunnel = Tunnel(
             conn, on_stream=self.on_stream, on_datagram=self.on_datagram, name=self.label
         )
@@ -216,13 +230,18 @@ class GatewayLink:
                 await tunnel.handshake
             except ConnectionError as exc:
                 self.metrics.handshakes.labels("failed").inc()
+                # the gateway may have stopped accepting the suite it accepted last time: the
+                # next attempt starts from the default
+                self.peer_suites = None
                 # the gateway answers nothing useful on purpose; say what it can mean
                 raise ConnectionError(
                     f"{exc}: handshake got no answer (gateway_public_key wrong, this agent's key"
-                    " not authorised, clock went backwards, or handshakes rate limited: see the"
+                    " not authorised, clock went backwards, handshakes rate limited, or a suite it"
+                    f" does not accept: this agent offered {offered.label}; see the"
                     " gateway's raven_handshakes_total)"
                 ) from None
         self.metrics.handshakes.labels("ok").inc()
+        self.peer_suites = conn.peer_suites
         self.tunnel = tunnel
         self.connects += 1
         self.metrics.live.tunnel_up(self.label, tunnel)
@@ -235,6 +254,7 @@ class GatewayLink:
             closed = await tunnel.closed
         finally:
             self._lost_at = time.monotonic()
+            self.peer_suites = conn.peer_suites  # as the last re-handshake told
             self.tunnel = None
             self.metrics.live.tunnel_down(self.label, tunnel)
             if self.on_tunnel is not None:

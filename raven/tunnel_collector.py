@@ -11,6 +11,7 @@ Series (``<peer>`` is ``agent`` on the gateway, ``gateway`` on the agent):
 - ``raven_tunnel_bytes_total``, ``raven_tunnel_records_total``,
   ``raven_tunnel_frames_total`` ``{direction, <peer>}``: wire bytes, records, frames;
 - ``raven_streams_open{<peer>}``; ``raven_tunnel_rtt_seconds{<peer>}`` (the last measured);
+- ``raven_tunnels_by_suite{<peer>, suite}``: tunnels up per transport suite (issue 12);
 - ``raven_tunnel_datagrams_dropped_total{reason}``: L3 datagrams dropped, every tunnel.
 """
 
@@ -24,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from raven.protocol.scheduler import TunnelStats
+from raven.protocol.suites import Suite
 
 #: (metric name without _total, help, TunnelStats fields for tx and rx)
 _WIRE_COUNTERS = (
@@ -37,6 +39,9 @@ _WIRE_COUNTERS = (
 class _HasStats(Protocol):
     @property
     def stats(self) -> TunnelStats: ...
+
+    @property
+    def suite(self) -> Suite | None: ...
 
 
 class LiveTunnel(Protocol):
@@ -107,6 +112,11 @@ class TunnelCollector(Collector):
             GaugeMetricFamily(
                 "raven_tunnel_rtt_seconds", "Last measured tunnel round-trip time.", labels=[p]
             ),
+            GaugeMetricFamily(
+                "raven_tunnels_by_suite",
+                "Tunnels up per peer by transport suite (chacha20-poly1305, aes-256-gcm).",
+                labels=[p, "suite"],
+            ),
             CounterMetricFamily(
                 "raven_tunnel_datagrams_dropped",
                 "L3 datagrams the tunnel dropped instead of blocking (queue full, too big).",
@@ -115,7 +125,7 @@ class TunnelCollector(Collector):
         ]  # fmt: skip
 
     def collect(self) -> Iterator[Metric]:
-        connected, *wire, streams_open, rtt, drops = self._families()
+        connected, *wire, streams_open, rtt, suites, drops = self._families()
         wire_by_name = {family.name: family for family in wire}
         all_drops = Counter(self._closed_drops)
         for peer in sorted(self._closed):
@@ -133,8 +143,11 @@ class TunnelCollector(Collector):
             last = measured[-1] if measured else self._last_rtt.get(peer)
             if last is not None:
                 rtt.add_metric([peer], last)
+            by_suite = Counter(t.conn.suite for t in live if t.conn.suite is not None)
+            for suite, count in sorted(by_suite.items()):
+                suites.add_metric([peer, suite.label], count)
         for reason, count in sorted(all_drops.items()):
             drops.add_metric([reason], count)
         yield connected
         yield from wire
-        yield from (streams_open, rtt, drops)
+        yield from (streams_open, rtt, suites, drops)

@@ -10,8 +10,13 @@ from raven.config import defaults
 from raven.config.backfill import AgentBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
+from raven.cpuflags import cpu_has_aes
 from raven.keys import KeyError_, decode_key
 from raven.protocol.names import node_name_error
+from raven.protocol.suites import Suite, suite_by_name
+
+#: ``cipher`` values besides the suite names.
+CIPHER_AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,13 @@ class AgentConfig:
         "A name for this agent (logs only; the gateway names agents by key).", default="edge-agent"
     )
     psk_file: str | None = doc("Optional file with the base64 pre-shared key.", default=None)
+    cipher: str = doc(
+        "Tunnel transport suite: `auto` (AES-256-GCM when this CPU has AES instructions, the"
+        " `aes` flag of /proc/cpuinfo, and the gateway accepts it; else ChaCha20-Poly1305),"
+        " `chacha20-poly1305` or `aes-256-gcm` (only that one: a gateway that does not"
+        " accept it refuses the handshake, `unsupported_suite`).",
+        default=CIPHER_AUTO,
+    )
     nodes: dict[str, str] = doc(
         "Nodes served: name -> address (IP or resolvable name).", default_factory=dict
     )
@@ -171,6 +183,19 @@ class AgentConfig:
         if self.dns_server:
             host, _ = check_hostport("dns_server", self.dns_server, default_port=53)
             ipaddress.ip_address(host)
+        if self.cipher != CIPHER_AUTO:
+            try:
+                suite_by_name(self.cipher)
+            except ValueError as exc:
+                raise ValueError(f"cipher: {exc} or {CIPHER_AUTO}") from None
+
+    def transport_suites(self, cpuinfo: str = "/proc/cpuinfo") -> tuple[Suite, ...]:
+        """The suites this agent offers, in order of preference (``cipher``)."""
+        if self.cipher != CIPHER_AUTO:
+            return (suite_by_name(self.cipher),)
+        if cpu_has_aes(cpuinfo):
+            return (Suite.AESGCM, Suite.CHACHAPOLY)
+        return (Suite.CHACHAPOLY,)
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:

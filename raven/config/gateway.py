@@ -11,7 +11,12 @@ from raven.config import defaults
 from raven.config.backfill import GatewayBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
+from raven.cpuflags import cpu_has_aes
 from raven.keys import KeyError_, decode_key
+from raven.protocol.suites import DEFAULT_SUITE, Suite, suite_by_name
+
+#: ``transport_suites`` entry: the default suite, and AES-256-GCM on a CPU with AES instructions.
+SUITES_AUTO = "auto"
 
 #: What makes a node pattern a glob rather than an exact name (fnmatch syntax).
 _GLOB_CHARS = frozenset("*?[")
@@ -151,6 +156,14 @@ class GatewayConfig:
         "Optional file with a base64 32-byte pre-shared key (all agents).", default=None
     )
     tunnel_listen: str = doc("Where agents connect.", default=f"0.0.0.0:{defaults.TUNNEL_PORT}")
+    transport_suites: list[str] = doc(
+        "Tunnel transport suites agents may use: `chacha20-poly1305` (every agent starts with"
+        " it), `aes-256-gcm` (agents with `cipher: auto` use it when their CPU has AES"
+        " instructions too), or `auto`: ChaCha20-Poly1305, and AES-256-GCM when this CPU has"
+        " AES instructions (the `aes` flag of /proc/cpuinfo). Message 2 of each handshake"
+        " tells the agent this list.",
+        default_factory=lambda: [SUITES_AUTO],
+    )
     admin_listen: str = doc(
         "Admin API: /metrics, /healthz, /readyz, /api/v1/* (loopback by default; 0.0.0.0:10265 "
         "for probes and scrapes from elsewhere, with admin_token_file).",
@@ -199,6 +212,15 @@ class GatewayConfig:
         check_hostport("admin_listen", self.admin_listen)
         if self.handshake_load_threshold < 0:
             raise ValueError("handshake_load_threshold must be 0 (always under load) or more")
+        try:
+            suites = self.accepted_suites()
+        except ValueError as exc:
+            raise ValueError(f"transport_suites: {exc}") from None
+        if DEFAULT_SUITE not in suites:
+            raise ValueError(
+                f"transport_suites: must list {DEFAULT_SUITE.label} or {SUITES_AUTO} (every "
+                "agent starts with it)"
+            )
         keys: set[str] = set()
         names: set[str] = set()
         for a in self.agents:
@@ -213,6 +235,18 @@ class GatewayConfig:
                 )
             keys.add(a.public_key)
             names.add(a.name)
+
+    def accepted_suites(self, cpuinfo: str = "/proc/cpuinfo") -> tuple[Suite, ...]:
+        """The transport suites the gateway accepts (``transport_suites``), no repeats."""
+        suites: list[Suite] = []
+        for name in self.transport_suites:
+            if name != SUITES_AUTO:
+                suites.append(suite_by_name(name))
+                continue
+            suites.append(DEFAULT_SUITE)
+            if cpu_has_aes(cpuinfo):
+                suites.append(Suite.AESGCM)
+        return tuple(dict.fromkeys(suites))
 
 
 def load_gateway_config(path: str | Path) -> GatewayConfig:

@@ -15,7 +15,7 @@ after a :class:`StreamReset` (TUNNEL_CLOSED) for every open stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.cookie import CookieJar, CookieResponder
@@ -26,6 +26,7 @@ from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer, TunnelStats
 from raven.protocol.secure_channel import Role, SecureChannel
+from raven.protocol.suites import DEFAULT_SUITES, Suite
 
 __all__ = ["Role", "TunnelConnection"]
 
@@ -53,6 +54,8 @@ class TunnelConnection:
         replay_guard: ReplayGuard | None = None,
         cookies: CookieResponder | None = None,
         cookie_jar: CookieJar | None = None,
+        suites: Sequence[Suite] = DEFAULT_SUITES,
+        peer_suites: Collection[Suite] | None = None,
     ) -> None:
         self._role = role
         self._limits = limits
@@ -69,6 +72,8 @@ class TunnelConnection:
             replay_guard=replay_guard,
             cookies=cookies,
             cookie_jar=cookie_jar,
+            suites=suites,
+            peer_suites=peer_suites,
         )
         self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
 
@@ -94,6 +99,16 @@ class TunnelConnection:
     @property
     def remote_static(self) -> bytes | None:
         return self._channel.remote_static
+
+    @property
+    def suite(self) -> Suite | None:
+        """The transport suite of the current keys (None before the handshake)."""
+        return self._channel.suites.current
+
+    @property
+    def peer_suites(self) -> frozenset[Suite] | None:
+        """(initiator) The suites the responder accepts, once its message 2 was read."""
+        return self._channel.suites.peer
 
     @property
     def closed(self) -> bool:

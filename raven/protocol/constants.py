@@ -7,9 +7,8 @@ wire format.
 
 from __future__ import annotations
 
-#: Noise protocol name of the tunnel handshake.
-NOISE_PROTOCOL_NAME = b"Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s"
-#: Noise prologue: binds the handshake to this protocol and version.
+#: Noise prologue: binds the handshake to this protocol and version (the suite byte follows it;
+#: the Noise protocol names are the suites', raven.protocol.suites).
 PROLOGUE = b"raven tunnel v2"
 #: First bytes an initiator sends, before the first handshake message: "RVN" and the wire
 #: version (2: message 1 carries mac1/mac2, a cookie reply may answer it).

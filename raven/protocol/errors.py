@@ -35,6 +35,7 @@ HANDSHAKE_REJECTIONS = frozenset(
         "decrypt_failed",
         "unknown_key",
         "unsupported_version",
+        "unsupported_suite",
         "replay",
     }
 )

@@ -1,9 +1,11 @@
-"""The tunnel handshake: Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s (WireGuard's pattern).
+"""The tunnel handshake: Noise_IKpsk2_25519_{ChaChaPoly,AESGCM}_BLAKE2s (WireGuard's pattern).
 
 The edge agent (initiator) knows the gateway's static key in advance::
 
     -> e, es, s, ss  {TAI64N timestamp (12 bytes) || version (1 byte)}
-    <- e, ee, se, psk  {}
+    <- e, ee, se, psk  {accepted suites (1 byte mask)}
+
+The initiator picks the suite (`raven.protocol.suites`): its name and the prologue follow it.
 
 Message 1 is followed by mac1 and mac2 (raven.protocol.cookie): the responder checks
 mac1 before any Diffie-Hellman.
@@ -32,20 +34,16 @@ authenticated and the key was authorized.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import (
-    KEY_BYTES,
-    NOISE_PROTOCOL_NAME,
-    PROLOGUE,
-    TAG_BYTES,
-    TIMESTAMP_BYTES,
-)
+from raven.protocol.constants import KEY_BYTES, TAG_BYTES, TIMESTAMP_BYTES
 from raven.protocol.cookie import MAC_BYTES, MACS_BYTES, append_macs, check_mac1, mac1_key
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.noise import CipherState, HandshakeState, public_key
+from raven.protocol.suites import DEFAULT_SUITE, Suite, decode_mask, encode_mask, prologue
+from raven.protocol.suites import protocol_name as suite_protocol_name
 
 __all__ = [
     "INITIATION_BYTES",
@@ -74,8 +72,10 @@ NOISE_INITIATION_BYTES = (
 )
 #: Size of message 1 on the wire: the Noise message (109) + mac1 (16) + mac2 (16).
 INITIATION_BYTES = NOISE_INITIATION_BYTES + MACS_BYTES
-#: Size of message 2: e (32) + encrypted empty payload (16).
-RESPONSE_BYTES = KEY_BYTES + TAG_BYTES
+#: Response payload: the mask of the suites the responder accepts.
+RESPONSE_PAYLOAD_BYTES = 1
+#: Size of message 2: e (32) + encrypted payload (1 + 16).
+RESPONSE_BYTES = KEY_BYTES + RESPONSE_PAYLOAD_BYTES + TAG_BYTES
 
 _TAI64_BASE = (1 << 62) + 10  # TAI64 label of the Unix epoch (as WireGuard writes it)
 _TAI64N = struct.Struct(">QI")
@@ -158,6 +158,10 @@ class SessionKeys:
     receive: CipherState
     remote_static: bytes
     handshake_hash: bytes
+    #: the suite the handshake ran
+    suite: Suite = DEFAULT_SUITE
+    #: (initiator) the suites the responder accepts, from message 2 (responder: None)
+    peer_suites: frozenset[Suite] | None = None
 
 
 @dataclass(slots=True)
@@ -169,6 +173,7 @@ class InitiatorHandshake:
     timestamp: bytes
     #: the mac1 sent (a cookie reply is encrypted with it as associated data)
     mac1: bytes
+    suite: Suite = DEFAULT_SUITE
 
 
 @dataclass(slots=True)
@@ -179,6 +184,7 @@ class ResponderHandshake:
     remote_static: bytes
     timestamp: bytes
     version: int
+    suite: Suite = DEFAULT_SUITE
 
 
 def _check_key(name: str, key: bytes) -> None:
@@ -194,21 +200,23 @@ def create_initiation(
     psk: bytes = bytes(32),
     cookie: bytes | None = None,
     ephemeral_private: bytes | None = None,
+    suite: Suite = DEFAULT_SUITE,
 ) -> tuple[InitiatorHandshake, bytes]:
     """Message 1 of the handshake (Noise message || mac1 || mac2) and the state to read
     the response with.
 
     ``wall_time_ns`` is the caller's wall clock (Unix ns) for the replay timestamp;
     ``cookie`` (from the responder's cookie reply, still fresh) makes mac2;
-    ``ephemeral_private`` pins the ephemeral key (tests only).
+    ``ephemeral_private`` pins the ephemeral key (tests only); ``suite`` picks the Noise
+    protocol (the caller sends its byte in clear before the message).
     """
     _check_key("static_private", static_private)
     _check_key("remote_static", remote_static)
     _check_key("psk", psk)
     state = HandshakeState.initialize(
-        NOISE_PROTOCOL_NAME,
+        suite_protocol_name(suite),
         initiator=True,
-        prologue=PROLOGUE,
+        prologue=prologue(suite),
         s=static_private,
         e=ephemeral_private,
         rs=remote_static,
@@ -218,7 +226,7 @@ def create_initiation(
     noise_message = state.write_message(timestamp + bytes([PROTOCOL_VERSION]))
     message = append_macs(noise_message, mac1_key(remote_static), cookie)
     mac1 = message[NOISE_INITIATION_BYTES : NOISE_INITIATION_BYTES + MAC_BYTES]
-    return InitiatorHandshake(state, bytes(remote_static), timestamp, mac1), message
+    return InitiatorHandshake(state, bytes(remote_static), timestamp, mac1, suite), message
 
 
 def consume_initiation(
@@ -230,8 +238,10 @@ def consume_initiation(
     psk: bytes = bytes(32),
     own_mac1_key: bytes | None = None,
     ephemeral_private: bytes | None = None,
+    suite: Suite = DEFAULT_SUITE,
 ) -> ResponderHandshake:
-    """Read message 1. Raises HandshakeRejected (reason: malformed, bad_mac1,
+    """Read message 1 of ``suite`` (the byte the initiator sent in clear, already checked
+    against the accepted suites). Raises HandshakeRejected (reason: malformed, bad_mac1,
     decrypt_failed, unknown_key, unsupported_version, replay); on success the timestamp
     is recorded. ``own_mac1_key`` is :func:`raven.protocol.cookie.mac1_key` of our public
     key (a responder computes it once; without it it is derived here)."""
@@ -244,9 +254,9 @@ def consume_initiation(
     message = bytes(message)
     check_mac1(message, own_mac1_key or mac1_key(public_key(static_private)))  # before any DH
     state = HandshakeState.initialize(
-        NOISE_PROTOCOL_NAME,
+        suite_protocol_name(suite),
         initiator=False,
-        prologue=PROLOGUE,
+        prologue=prologue(suite),
         s=static_private,
         e=ephemeral_private,
         psks=[psk],
@@ -274,21 +284,25 @@ def consume_initiation(
     if not replay_guard.is_fresh(remote_static, timestamp):
         raise HandshakeRejected("initiation timestamp is not newer than the last one", "replay")
     replay_guard.record(remote_static, timestamp)
-    return ResponderHandshake(state, remote_static, timestamp, version)
+    return ResponderHandshake(state, remote_static, timestamp, version, suite)
 
 
-def create_response(handshake: ResponderHandshake) -> tuple[bytes, SessionKeys]:
-    """Message 2 and the responder's transport keys."""
+def create_response(
+    handshake: ResponderHandshake, accepted: Collection[Suite] = (DEFAULT_SUITE,)
+) -> tuple[bytes, SessionKeys]:
+    """Message 2 (telling the initiator the ``accepted`` suites) and the responder's
+    transport keys."""
     state = handshake.state
     if state.handshake_complete or not state.is_my_turn:
         raise LocalProtocolError("create_response called twice or out of order")
-    message = state.write_message(b"")
+    message = state.write_message(bytes([encode_mask(accepted)]))
     to_responder, to_initiator = state.split()
     keys = SessionKeys(
         send=to_initiator,
         receive=to_responder,
         remote_static=handshake.remote_static,
         handshake_hash=state.get_handshake_hash(),
+        suite=handshake.suite,
     )
     return message, keys
 
@@ -314,12 +328,14 @@ def consume_response(
                 "response failed authentication (wrong PSK or gateway key)", "decrypt_failed"
             ) from None
         raise HandshakeRejected(f"malformed response: {exc}", "malformed") from None
-    if payload:  # pragma: no cover - size check above makes it empty
-        raise HandshakeRejected("response carries an unexpected payload", "malformed")
+    if len(payload) != RESPONSE_PAYLOAD_BYTES:  # pragma: no cover - the size check above
+        raise HandshakeRejected("response payload of the wrong size", "malformed")
     to_responder, to_initiator = state.split()
     return SessionKeys(
         send=to_responder,
         receive=to_initiator,
         remote_static=handshake.remote_static,
         handshake_hash=state.get_handshake_hash(),
+        suite=handshake.suite,
+        peer_suites=decode_mask(payload[0]),
     )

@@ -1,10 +1,11 @@
-"""The Noise Protocol Framework (revision 34) for 25519 / ChaChaPoly / BLAKE2s.
+"""The Noise Protocol Framework (revision 34) for 25519 / ChaChaPoly or AESGCM / BLAKE2s.
 
 The objects carry the spec's names (section 5): :class:`CipherState`,
 :class:`SymmetricState` (both in `raven.protocol.noise_crypto`, with the crypto functions,
 re-exported here) and :class:`HandshakeState`, with the spec's methods in snake case
 (``EncryptWithAd`` -> ``encrypt_with_ad``). Built on ``cryptography`` (X25519,
-ChaCha20-Poly1305) and :mod:`hashlib` BLAKE2s with :mod:`hmac`.
+ChaCha20-Poly1305, AES-256-GCM) and :mod:`hashlib` BLAKE2s with :mod:`hmac`. The cipher is
+the protocol name's: ``Noise_IKpsk2_25519_AESGCM_BLAKE2s`` runs AESGCM.
 
 Supported handshake patterns: the one-way patterns N, K, X and the interactive
 fundamental patterns NN NK NX KN KK KX XN XK XX IN IK IX, each with any ``pskN``
@@ -30,6 +31,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from raven.protocol.constants import NOISE_MAX_MESSAGE_BYTES, TAG_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.noise_crypto import (
+    CIPHERS,
     DHLEN,
     HASHLEN,
     MAX_NONCE,
@@ -43,6 +45,7 @@ from raven.protocol.noise_crypto import (
 )
 
 __all__ = [
+    "CIPHERS",
     "DHLEN",
     "HASHLEN",
     "MAX_NONCE",
@@ -81,13 +84,17 @@ PATTERNS: dict[str, tuple[_Tokens, _Tokens, tuple[_Tokens, ...]]] = {
 _ONE_WAY = frozenset({"N", "K", "X"})
 
 
-def _parse_protocol_name(name: str) -> tuple[str, tuple[_Tokens, _Tokens, tuple[_Tokens, ...]]]:
+_Pattern = tuple[_Tokens, _Tokens, tuple[_Tokens, ...]]
+
+
+def _parse_protocol_name(name: str) -> tuple[str, str, _Pattern]:
+    """(base pattern, cipher name, (pre-messages and messages with psk tokens placed))."""
     parts = name.split("_")
     if len(parts) != 5 or parts[0] != "Noise":
         raise ValueError(f"not a Noise protocol name: {name!r}")
     _, pattern, dh_name, cipher_name, hash_name = parts
-    if (dh_name, cipher_name, hash_name) != ("25519", "ChaChaPoly", "BLAKE2s"):
-        raise ValueError(f"only 25519_ChaChaPoly_BLAKE2s is supported, not {name!r}")
+    if (dh_name, hash_name) != ("25519", "BLAKE2s") or cipher_name not in CIPHERS:
+        raise ValueError(f"only 25519_{{ChaChaPoly,AESGCM}}_BLAKE2s are supported, not {name!r}")
     index = 0
     while index < len(pattern) and pattern[index].isupper():
         index += 1
@@ -107,7 +114,7 @@ def _parse_protocol_name(name: str) -> tuple[str, tuple[_Tokens, _Tokens, tuple[
             lists[0].insert(0, "psk")
         else:
             lists[position - 1].append("psk")
-    return base, (pre_i, pre_r, tuple(tuple(m) for m in lists))
+    return base, cipher_name, (pre_i, pre_r, tuple(tuple(m) for m in lists))
 
 
 def supports(protocol_name: str) -> bool:
@@ -167,11 +174,11 @@ class HandshakeState:
         are used in order by the ``psk`` tokens.
         """
         name = protocol_name.decode("ascii") if isinstance(protocol_name, bytes) else protocol_name
-        base, (pre_i, pre_r, messages) = _parse_protocol_name(name)
+        base, cipher, (pre_i, pre_r, messages) = _parse_protocol_name(name)
         self = cls()
         self.protocol_name = name
         self.initiator = initiator
-        self.symmetric_state = SymmetricState(name.encode("ascii"))
+        self.symmetric_state = SymmetricState(name.encode("ascii"), cipher)
         self.symmetric_state.mix_hash(prologue)
         if s is not None:
             self._s = private_key(s)

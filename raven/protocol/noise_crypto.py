@@ -1,7 +1,9 @@
 """Noise's crypto functions and its two lower objects (revision 34, sections 4, 5.1 and
-5.2) for 25519 / ChaChaPoly / BLAKE2s: X25519 key pairs and DH, HKDF over HMAC-BLAKE2s,
-:class:`CipherState` and :class:`SymmetricState`. `raven.protocol.noise` builds the handshake
-on them. Errors as described there.
+5.2) for 25519 / ChaChaPoly or AESGCM / BLAKE2s: X25519 key pairs and DH, HKDF over
+HMAC-BLAKE2s, :class:`CipherState` and :class:`SymmetricState`. The two cipher functions
+(spec 12.2 and 12.3) differ only in the AEAD and the nonce's byte order: ChaChaPoly's 96-bit
+nonce is 4 zero bytes and the 64-bit counter little-endian, AESGCM's the counter big-endian.
+`raven.protocol.noise` builds the handshake on them. Errors as described there.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import struct
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from raven.protocol.codes import CloseCode
@@ -28,9 +30,14 @@ BLOCKLEN = 64
 #: Reserved nonce: never used to encrypt a message; used by ``rekey``.
 MAX_NONCE = 2**64 - 1
 
-_NONCE = struct.Struct("<4xQ")  # ChaChaPoly nonce: 4 zero bytes + 64-bit little-endian counter
+#: Noise cipher names (the protocol name's third field) -> (AEAD, nonce layout).
+CIPHERS: dict[str, tuple[type[ChaCha20Poly1305] | type[AESGCM], struct.Struct]] = {
+    "ChaChaPoly": (ChaCha20Poly1305, struct.Struct("<4xQ")),  # 4 zero bytes + u64 little-endian
+    "AESGCM": (AESGCM, struct.Struct(">4xQ")),  # 4 zero bytes + u64 big-endian
+}
+#: The cipher when none is named (the tunnel's default suite).
+DEFAULT_CIPHER = "ChaChaPoly"
 _ZEROS32 = bytes(32)
-_MAX_NONCE_BYTES = _NONCE.pack(MAX_NONCE)
 
 # --- Crypto functions (spec section 4) ---------------------------------------------------
 
@@ -101,26 +108,31 @@ def _hash(data: bytes) -> bytes:
 
 
 class CipherState:
-    """A key ``k`` (or none) and a 64-bit nonce ``n``.
+    """A key ``k`` (or none) and a 64-bit nonce ``n`` for one cipher (``CIPHERS``).
 
-    One ChaCha20Poly1305 object is kept per key, so bulk use costs one AEAD call
-    per message. ``n`` counts messages; ``2**64 - 1`` is reserved.
+    One AEAD object is kept per key, so bulk use costs one AEAD call per message.
+    ``n`` counts messages; ``2**64 - 1`` is reserved.
     """
 
-    __slots__ = ("_aead", "_k", "n")
+    __slots__ = ("_aead", "_cls", "_k", "_nonce", "cipher", "n")
 
-    def __init__(self, key: bytes | None = None) -> None:
+    def __init__(self, key: bytes | None = None, cipher: str = DEFAULT_CIPHER) -> None:
+        if cipher not in CIPHERS:
+            raise ValueError(f"unknown Noise cipher {cipher!r}")
+        #: the Noise cipher name: "ChaChaPoly" or "AESGCM"
+        self.cipher = cipher
+        self._cls, self._nonce = CIPHERS[cipher]
         self._k: bytes | None = None
-        self._aead: ChaCha20Poly1305 | None = None
+        self._aead: ChaCha20Poly1305 | AESGCM | None = None
         self.n = 0
         self.initialize_key(key)
 
     def initialize_key(self, key: bytes | None) -> None:
         """Set ``k`` (``None`` for "empty") and reset ``n`` to zero."""
         if key is not None and len(key) != 32:
-            raise ValueError("a ChaChaPoly key is 32 bytes")
+            raise ValueError(f"a {self.cipher} key is 32 bytes")
         self._k = key
-        self._aead = ChaCha20Poly1305(key) if key is not None else None
+        self._aead = self._cls(key) if key is not None else None
         self.n = 0
 
     def has_key(self) -> bool:
@@ -139,7 +151,7 @@ class CipherState:
         n = self.n
         if n >= MAX_NONCE:
             raise LocalProtocolError("nonce exhausted: the key must be replaced")
-        ciphertext = aead.encrypt(_NONCE.pack(n), plaintext, ad)
+        ciphertext = aead.encrypt(self._nonce.pack(n), plaintext, ad)
         self.n = n + 1
         return ciphertext
 
@@ -155,7 +167,7 @@ class CipherState:
         n = self.n
         if n >= MAX_NONCE:
             raise LocalProtocolError("nonce exhausted: the key must be replaced")
-        aead.encrypt_into(_NONCE.pack(n), plaintext, ad, buffer)
+        aead.encrypt_into(self._nonce.pack(n), plaintext, ad, buffer)
         self.n = n + 1
         return len(buffer)
 
@@ -169,7 +181,7 @@ class CipherState:
         if n >= MAX_NONCE:
             raise RemoteProtocolError("peer exhausted the nonce space", CloseCode.AUTH_FAILED)
         try:
-            plaintext = aead.decrypt(_NONCE.pack(n), ciphertext, ad)
+            plaintext = aead.decrypt(self._nonce.pack(n), ciphertext, ad)
         except InvalidTag:
             raise RemoteProtocolError(
                 "message failed authentication", CloseCode.AUTH_FAILED
@@ -193,7 +205,7 @@ class CipherState:
         if n >= MAX_NONCE:
             raise RemoteProtocolError("peer exhausted the nonce space", CloseCode.AUTH_FAILED)
         try:
-            aead.decrypt_into(_NONCE.pack(n), ciphertext, ad, buffer[:size])
+            aead.decrypt_into(self._nonce.pack(n), ciphertext, ad, buffer[:size])
         except InvalidTag:
             raise RemoteProtocolError(
                 "message failed authentication", CloseCode.AUTH_FAILED
@@ -210,9 +222,9 @@ class CipherState:
         aead = self._aead
         if aead is None:
             raise LocalProtocolError("rekey without a key")
-        new_key = aead.encrypt(_MAX_NONCE_BYTES, _ZEROS32, b"")[:32]
+        new_key = aead.encrypt(self._nonce.pack(MAX_NONCE), _ZEROS32, b"")[:32]
         self._k = new_key
-        self._aead = ChaCha20Poly1305(new_key)
+        self._aead = self._cls(new_key)
 
 
 # --- SymmetricState (spec 5.2) -------------------------------------------------------------
@@ -221,16 +233,17 @@ class CipherState:
 class SymmetricState:
     """Chaining key ``ck``, handshake hash ``h`` and a CipherState."""
 
-    __slots__ = ("cipher_state", "ck", "h")
+    __slots__ = ("cipher", "cipher_state", "ck", "h")
 
-    def __init__(self, protocol_name: bytes) -> None:
-        """InitializeSymmetric(protocol_name)."""
+    def __init__(self, protocol_name: bytes, cipher: str = DEFAULT_CIPHER) -> None:
+        """InitializeSymmetric(protocol_name); ``cipher`` is the name's cipher field."""
         if len(protocol_name) <= HASHLEN:
             self.h = protocol_name.ljust(HASHLEN, b"\x00")
         else:
             self.h = _hash(protocol_name)
         self.ck = self.h
-        self.cipher_state = CipherState()
+        self.cipher = cipher
+        self.cipher_state = CipherState(None, cipher)
 
     def mix_key(self, input_key_material: bytes) -> None:
         self.ck, temp_k = hkdf(self.ck, input_key_material, 2)
@@ -260,4 +273,4 @@ class SymmetricState:
     def split(self) -> tuple[CipherState, CipherState]:
         """Two CipherStates: initiator->responder first, responder->initiator second."""
         temp_k1, temp_k2 = hkdf(self.ck, b"", 2)
-        return CipherState(temp_k1), CipherState(temp_k2)
+        return CipherState(temp_k1, self.cipher), CipherState(temp_k2, self.cipher)

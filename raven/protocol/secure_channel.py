@@ -6,7 +6,7 @@ of ``receive_data`` and goes in with :meth:`SecureChannel.seal`. Time is an argu
 
 Wire (docs/protocol-handshake.md)::
 
-    initiator -> responder:  MAGIC "RVN2" || u16 len || handshake message 1 (|| mac1 || mac2)
+    initiator -> responder:  MAGIC "RVN2" || suite (1) || u16 len || message 1 (|| mac1 || mac2)
     responder -> initiator:  u16 len || handshake message 2
                              (under load: u16 len || cookie reply; the initiator then sends
                              u16 len || a fresh message 1 with mac2, on the same connection)
@@ -20,9 +20,9 @@ partial message (at most 2 + 65535 bytes).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 
-from raven.protocol.channel_types import ChannelStats, Role, check_magic
+from raven.protocol.channel_types import ChannelStats, Role
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES, MAGIC
 from raven.protocol.cookie import COOKIE_REPLY_BYTES, CookieJar, CookieResponder
@@ -33,8 +33,6 @@ from raven.protocol.errors import (
     RemoteProtocolError,
 )
 from raven.protocol.handshake import (
-    INITIATION_BYTES,
-    RESPONSE_BYTES,
     InitiatorHandshake,
     ReplayGuard,
     SessionKeys,
@@ -50,15 +48,16 @@ from raven.protocol.lifecycle import (
     next_channel_state,
 )
 from raven.protocol.limits import Limits
+from raven.protocol.message_lengths import check_length
 from raven.protocol.noise import public_key
 from raven.protocol.records import (
-    MIN_RECORD_BYTES,
     OutputBuffer,
     RecordReceiver,
     RecordSender,
     RecordType,
     split_messages,
 )
+from raven.protocol.suites import DEFAULT_SUITES, PREAMBLE_BYTES, ChannelSuites, Suite, preamble
 
 __all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
 
@@ -79,6 +78,8 @@ class SecureChannel:
     ``cookies`` (mac1 key, cookie secret, load rule; ``None``: never under load).
     An initiator keeps the cookies a responder sends in ``cookie_jar``: share one
     across the reconnects to one gateway address.
+
+    ``suites`` (accepted) and ``peer_suites`` (the responder's): see ChannelSuites.
     """
 
     def __init__(
@@ -95,9 +96,12 @@ class SecureChannel:
         replay_guard: ReplayGuard | None = None,
         cookies: CookieResponder | None = None,
         cookie_jar: CookieJar | None = None,
+        suites: Sequence[Suite] = DEFAULT_SUITES,
+        peer_suites: Collection[Suite] | None = None,
     ) -> None:
         if len(static_private) != KEY_BYTES or len(psk) != KEY_BYTES:
             raise ValueError("static_private and psk are 32 bytes")
+        self.suites = ChannelSuites(suites, peer_suites)
         self._role = role
         self._limits = limits
         self._static_private = bytes(static_private)
@@ -143,7 +147,7 @@ class SecureChannel:
         if wall_time_ns is None:
             raise ValueError("an initiator needs wall_time_ns for its handshake timestamp")
         self._remote_static = bytes(remote_static)
-        self._queue(MAGIC)
+        self._queue(preamble(self.suites.next()))
         self._queue_message(self._initiation(self._now))
         self._state = ChannelState.AWAIT_RESPONSE
 
@@ -158,6 +162,7 @@ class SecureChannel:
             wall_time_ns=wall_ns + int((now - at) * 1e9),
             psk=self._psk,
             cookie=self._jar.cookie(now),
+            suite=self.suites.next(),
         )
         return message
 
@@ -286,8 +291,8 @@ class SecureChannel:
     def _missing(self) -> int:
         """Bytes the held partial message (or magic, or length prefix) still lacks."""
         buf = self._inbuf
-        if self._state is ChannelState.AWAIT_MAGIC:
-            return len(MAGIC) - len(buf)
+        if self._state is ChannelState.AWAIT_MAGIC:  # the magic is checked before the suite
+            return (len(MAGIC) if len(buf) < len(MAGIC) else PREAMBLE_BYTES) - len(buf)
         if len(buf) < LENGTH_PREFIX_BYTES:
             return LENGTH_PREFIX_BYTES - len(buf)
         return LENGTH_PREFIX_BYTES + ((buf[0] << 8) | buf[1]) - len(buf)
@@ -310,10 +315,9 @@ class SecureChannel:
     def _consume(self, view: memoryview) -> int:
         offset = 0
         if self._state is ChannelState.AWAIT_MAGIC:
-            if len(view) < len(MAGIC):
-                return 0  # at most 3 bytes wait for the rest of the magic
-            check_magic(bytes(view[: len(MAGIC)]))
-            offset = len(MAGIC)
+            offset = self.suites.read_preamble(view)
+            if not offset:
+                return 0  # at most 4 bytes wait for the rest of the magic and the suite byte
             self._move(ChannelInput.RECV_MAGIC)
         if offset == len(view):
             return offset
@@ -321,22 +325,7 @@ class SecureChannel:
             return offset + split_messages(rest, self._on_message, self._check_length)
 
     def _check_length(self, length: int) -> None:
-        state = self._state
-        if state in ESTABLISHED_STATES or state is ChannelState.AWAIT_CONFIRMATION:
-            if length < MIN_RECORD_BYTES:
-                raise RemoteProtocolError(f"record of {length} bytes is too short")
-        elif state is ChannelState.AWAIT_INITIATION:
-            if length != INITIATION_BYTES:
-                raise HandshakeRejected(
-                    f"initiation of {length} bytes, expected {INITIATION_BYTES}", "malformed"
-                )
-        elif length not in (RESPONSE_BYTES, COOKIE_REPLY_BYTES):
-            start = length.to_bytes(LENGTH_PREFIX_BYTES, "big")
-            raise HandshakeRejected(
-                f"response of {length} bytes, expected {RESPONSE_BYTES} (starts {start!r}: "
-                "is the gateway address really a Raven tunnel port?)",
-                "malformed",
-            )
+        check_length(self._state, length)
 
     def _on_message(self, message: memoryview) -> bool:
         receiver = self._receiver
@@ -396,10 +385,11 @@ class SecureChannel:
             replay_guard=self._replay_guard,
             psk=self._psk,
             own_mac1_key=cookies.mac1_key,
+            suite=self.suites.offered,
         )
         self._remote_static = accepted.remote_static
         self._timestamp = accepted.timestamp
-        response, keys = create_response(accepted)
+        response, keys = create_response(accepted, self.suites.accepted)
         self._queue_message(response)
         self._move(ChannelInput.RECV_INITIATION)
         return keys
@@ -428,9 +418,15 @@ class SecureChannel:
         limits = self._limits
         self._sender = self._new_sender(keys)
         self._receiver = RecordReceiver(keys.receive)
-        self._handshake_hash = keys.handshake_hash
+        self._adopt(keys)
         if self._role is Role.INITIATOR:
             self.rehandshake_at = self._now + limits.rehandshake_after_s
+            if self.suites.better() is not None:
+                self.rehandshake_at = self._now  # upgrade the suite at once
+
+    def _adopt(self, keys: SessionKeys) -> None:
+        self._handshake_hash = keys.handshake_hash
+        self.suites.adopt(keys.suite, keys.peer_suites)
 
     # -- re-handshake: new Diffie-Hellman keys inside the session ---------------------------
     #
@@ -450,7 +446,7 @@ class SecureChannel:
         self._move(ChannelInput.SEND_REHANDSHAKE)
         message = self._initiation(now)
         self.rehandshake_at = None
-        self._seal_control(RecordType.HANDSHAKE, message)
+        self._seal_control(RecordType.HANDSHAKE, bytes([self.suites.next()]) + message)
 
     def _on_rehandshake(self, receiver: RecordReceiver) -> None:
         assert receiver.control is not None
@@ -473,26 +469,29 @@ class SecureChannel:
             self._receiver = RecordReceiver(keys.receive)  # the responder switched already
             self._seal_control(RecordType.SWITCH, b"")
             self._sender = self._new_sender(keys)
-            self._handshake_hash = keys.handshake_hash
+            self._adopt(keys)
             self.rehandshake_at = self._now + self._limits.rehandshake_after_s
             self.stats.rehandshakes += 1
 
     def _answer_rehandshake(self, message: bytes) -> None:
         """(responder) Message 1 of a re-handshake, inside the session: the same agent
-        key, still authorised (a key removed meanwhile closes the tunnel here)."""
+        key, still authorised (a key removed meanwhile closes the tunnel here), after
+        the suite byte (as on a new connection)."""
+        suite, message = self.suites.split(message)
         accepted = consume_initiation(
             message,
             static_private=self._static_private,
             authorize=self._authorize,
             replay_guard=ReplayGuard(),  # inside an authenticated, ordered session
             psk=self._psk,
+            suite=suite,
             own_mac1_key=self._cookies.mac1_key if self._cookies is not None else None,
         )
         if accepted.remote_static != self._remote_static:
             raise RemoteProtocolError("re-handshake from another key", CloseCode.AUTH_FAILED)
         self._replay_guard.confirm(accepted.remote_static, accepted.timestamp)
-        response, keys = create_response(accepted)
+        response, keys = create_response(accepted, self.suites.accepted)
         self._seal_control(RecordType.HANDSHAKE, response)
         self._sender = self._new_sender(keys)
         self._next_receiver = RecordReceiver(keys.receive)
-        self._handshake_hash = keys.handshake_hash
+        self._adopt(keys)

@@ -6,8 +6,8 @@ large receive buffer, so packets queue in the kernel while the test does other t
 :meth:`PacketCapture.streams` reads everything queued and reassembles, per TCP connection,
 the bytes sent to one port (segments ordered by sequence number, retransmissions dropped).
 :func:`handshake_message_1` finds a tunnel's first handshake message in such a stream by its
-framing (docs/protocol-handshake.md: ``MAGIC`` (``"RVN2"``), u16 length, message 1), never by a
-fixed size.
+framing (docs/protocol-handshake.md: ``MAGIC`` (``"RVN2"``), the suite byte, u16 length,
+message 1), never by a fixed size.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 
 from raven.protocol.constants import MAGIC
+from raven.protocol.suites import PREAMBLE_BYTES
 from tests.e2e.netns import Netns, run_in_netns
 
 ETH_P_ALL = 0x0003
@@ -114,12 +115,12 @@ class PacketCapture:
 
 
 def handshake_message_1(stream: bytes) -> bytes | None:
-    """``MAGIC ‖ u16 length ‖ message 1`` at the start of a tunnel connection's bytes, taken
-    by its length prefix; None when ``stream`` is not (yet) a whole one."""
-    head = len(MAGIC) + _LENGTH.size
+    """``MAGIC ‖ suite ‖ u16 length ‖ message 1`` at the start of a tunnel connection's bytes,
+    taken by its length prefix; None when ``stream`` is not (yet) a whole one."""
+    head = PREAMBLE_BYTES + _LENGTH.size
     if not stream.startswith(MAGIC) or len(stream) < head:
         return None
-    (length,) = _LENGTH.unpack_from(stream, len(MAGIC))
+    (length,) = _LENGTH.unpack_from(stream, PREAMBLE_BYTES)
     if len(stream) < head + length:
         return None
     return stream[: head + length]

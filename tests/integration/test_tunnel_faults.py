@@ -18,10 +18,10 @@ from raven.config.gateway import AuthorisedAgent
 from raven.protocol import events as ev
 from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
-from raven.protocol.constants import MAGIC
 from raven.protocol.frames import encode_register
 from raven.protocol.noise_crypto import dh_operations
 from raven.protocol.secure_channel import Role, SecureChannel
+from raven.protocol.suites import Suite, preamble
 from tests.helpers import KeyPair, wait_for
 from tests.helpers.tunnel import LIMITS, Site, echo_port
 
@@ -218,7 +218,7 @@ async def test_garbage_floods_do_not_grow_memory(site: Site) -> None:
     assert site.listener.bound is not None
     for _ in range(20):
         reader, writer = await asyncio.open_connection(*site.listener.bound)
-        writer.write(MAGIC + os.urandom(70000))
+        writer.write(preamble(Suite.CHACHAPOLY) + os.urandom(70000))  # garbage past the suite
         await read_until_closed(reader)
         writer.close()
     assert not site.listener.tunnels or all(t.closed.done() for t in site.listener.tunnels)

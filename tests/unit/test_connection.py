@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import HANDSHAKE_TIMEOUT_REASON, Role, TunnelConnection
-from raven.protocol.constants import MAGIC
 from raven.protocol.errors import LocalProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
@@ -29,6 +28,7 @@ from raven.protocol.handshake import ReplayGuard
 from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
 from raven.protocol.noise import generate_keypair
+from raven.protocol.suites import Suite, preamble
 
 T0_NS = 1_790_000_000 * 10**9
 AGENT_PRIV, AGENT_PUB = generate_keypair()
@@ -390,7 +390,7 @@ def test_one_byte_at_a_time() -> None:
 def test_fuzz_gateway_receive_data_never_raises(data: bytes, step: int, magic: bool) -> None:
     gateway = make_gateway()
     if magic:
-        data = MAGIC + data
+        data = preamble(Suite.CHACHAPOLY) + data
     for i in range(0, len(data), step):
         gateway.receive_data(data[i : i + step], 0.0)
     for event in events(gateway):

@@ -28,6 +28,7 @@ from raven.protocol.limits import Limits
 from raven.protocol.noise import generate_keypair
 from raven.protocol.noise_crypto import dh_operations
 from raven.protocol.secure_channel import ChannelState, Role, SecureChannel
+from raven.protocol.suites import Suite, preamble
 
 AGENT_PRIV, AGENT_PUB = generate_keypair()
 GW_PRIV, GW_PUB = generate_keypair()
@@ -274,7 +275,7 @@ def test_any_noise_body_with_a_valid_mac1_fails_cleanly(body: bytes, load: bool)
     gw = gateway(0.0, responder(under_load=load))
     message = append_macs(body, mac1_key(GW_PUB), None)
     try:
-        gw.receive_data(MAGIC + prefixed(message), 0.0)
+        gw.receive_data(preamble(Suite.CHACHAPOLY) + prefixed(message), 0.0)
     except HandshakeRejected as exc:
         assert exc.reason in ("malformed", "decrypt_failed")
     else:

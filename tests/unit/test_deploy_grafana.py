@@ -32,6 +32,7 @@ from raven.l3.metrics import L3Metrics
 from raven.metrics import TunnelMetrics
 from raven.process_metrics import BuildInfoCollector
 from raven.protocol.scheduler import TunnelStats
+from raven.protocol.suites import Suite
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "raven-tunnel.json"
@@ -64,6 +65,7 @@ class IdleTunnel:
     def __init__(self) -> None:
         self.stats = TunnelStats(datagrams_dropped={"queue_full": 0})
         self.conn = self
+        self.suite: Suite | None = Suite.CHACHAPOLY
         self.streams: dict[int, object] = {}
         self.rtt_s = 0.001
 

@@ -13,6 +13,7 @@ from raven.protocol.connection import TunnelConnection
 from raven.protocol.constants import MAGIC
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
+from raven.protocol.suites import PREAMBLE_BYTES
 from tests.e2e.capture import ETH_P_IP, Flow, Segments, handshake_message_1, parse_tcp
 
 SRC, DST = "10.200.2.2", "10.96.0.2"
@@ -49,8 +50,8 @@ def test_message_1_is_taken_by_its_length_prefix_from_reordered_segments() -> No
         segs.add(5000 + seq, chunk)
     message = handshake_message_1(segs.stream())
     assert message is not None and message.startswith(MAGIC)
-    (length,) = struct.unpack_from(">H", message, len(MAGIC))
-    assert len(message) == len(MAGIC) + 2 + length
+    (length,) = struct.unpack_from(">H", message, PREAMBLE_BYTES)  # after magic and suite
+    assert len(message) == PREAMBLE_BYTES + 2 + length
     assert sent.startswith(message) and sent[len(message) :] == b"\x00\x11" + b"r" * 17
 
 

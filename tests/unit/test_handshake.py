@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import NOISE_PROTOCOL_NAME, PROLOGUE, TIMESTAMP_BYTES
+from raven.protocol.constants import TIMESTAMP_BYTES
 from raven.protocol.cookie import MAC_BYTES, append_macs, mac1_key
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.handshake import (
@@ -28,10 +28,13 @@ from raven.protocol.handshake import (
     tai64n,
 )
 from raven.protocol.noise import HandshakeState, generate_keypair
+from raven.protocol.suites import Suite, prologue, protocol_name
 
 AGENT_PRIV, AGENT_PUB = generate_keypair()
 GW_PRIV, GW_PUB = generate_keypair()
 T0 = 1_790_000_000_123_456_789
+
+CHACHA = Suite.CHACHAPOLY
 
 
 def known(key: bytes) -> bool:
@@ -103,7 +106,11 @@ def test_handshake_is_plain_noise_ikpsk2_with_our_prologue() -> None:
     """A generic Noise IKpsk2 responder (with our prologue) reads our initiation."""
     _, msg1 = initiate()
     responder = HandshakeState.initialize(
-        NOISE_PROTOCOL_NAME, initiator=False, prologue=PROLOGUE, s=GW_PRIV, psks=[bytes(32)]
+        protocol_name(CHACHA),
+        initiator=False,
+        prologue=prologue(CHACHA),
+        s=GW_PRIV,
+        psks=[bytes(32)],
     )
     payload = responder.read_message(msg1[:NOISE_INITIATION_BYTES])  # then mac1, mac2
     assert payload == tai64n(T0) + bytes([PROTOCOL_VERSION])
@@ -213,9 +220,9 @@ def test_wrong_size_initiation_is_malformed(size: int) -> None:
 def test_other_protocol_version_rejected() -> None:
     # build an initiation with the next version by hand, with the same Noise handshake
     state = HandshakeState.initialize(
-        NOISE_PROTOCOL_NAME,
+        protocol_name(CHACHA),
         initiator=True,
-        prologue=PROLOGUE,
+        prologue=prologue(CHACHA),
         s=AGENT_PRIV,
         rs=GW_PUB,
         psks=[bytes(32)],

@@ -22,7 +22,11 @@ VECTORS_DIR = Path(__file__).parents[1] / "vectors"
 MAIN_FILE = "noise-25519-chachapoly-blake2s.json"
 REQUIRED = ("NN", "XX", "IK", "IKpsk2")
 #: The independent sets beside cacophony's (tests/vectors/README.md names every source).
-VENDORED = ("noise-25519-chachapoly-blake2s-snow.json", "noise-25519-chachapoly-blake2s-flynn.json")
+VENDORED = (
+    "noise-25519-chachapoly-blake2s-snow.json",
+    "noise-25519-chachapoly-blake2s-flynn.json",
+    "noise-25519-aesgcm-blake2s.json",
+)
 
 
 def _load(path: Path) -> list[dict[str, Any]]:

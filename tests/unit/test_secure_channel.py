@@ -13,6 +13,7 @@ from raven.protocol.handshake import INITIATION_BYTES, ReplayGuard
 from raven.protocol.limits import Limits
 from raven.protocol.noise import generate_keypair
 from raven.protocol.secure_channel import ChannelState, Role, SecureChannel
+from raven.protocol.suites import Suite, preamble
 
 T0_NS = 1_790_000_000 * 10**9
 AGENT_PRIV, AGENT_PUB = generate_keypair()
@@ -67,8 +68,8 @@ def test_handshake_completes_and_exposes_keys() -> None:
     assert agent.handshake_deadline == 5.0 + Limits().handshake_timeout_s
     assert gateway.handshake_deadline == 5.0 + Limits().handshake_timeout_s
     first = agent.data_to_send()
-    assert first.startswith(MAGIC)
-    assert int.from_bytes(first[4:6], "big") == INITIATION_BYTES == len(first) - 6
+    assert first.startswith(MAGIC + bytes([Suite.CHACHAPOLY]))  # the default suite
+    assert int.from_bytes(first[5:7], "big") == INITIATION_BYTES == len(first) - 7
     assert agent.data_to_send() == b""
     assert not gateway.handshake_complete and gateway.remote_static is None
     gateway.receive_data(first, 5.0)
@@ -291,7 +292,7 @@ def test_bad_magic_fed_byte_by_byte_waits_for_four_bytes() -> None:
 def test_wrong_initiation_length_rejected_early() -> None:
     _, gateway = make_pair()
     with pytest.raises(HandshakeRejected) as info:
-        gateway.receive_data(MAGIC + b"\xff\xff", 100.0)
+        gateway.receive_data(MAGIC + b"\x01\xff\xff", 100.0)
     assert info.value.reason == "malformed"
 
 
@@ -388,7 +389,7 @@ def test_input_buffer_holds_at_most_one_partial_record() -> None:
 
 def test_bytes_to_send_tracks_queue() -> None:
     agent, gateway = make_pair()
-    assert agent.bytes_to_send == 4 + 2 + INITIATION_BYTES
+    assert agent.bytes_to_send == 4 + 1 + 2 + INITIATION_BYTES
     handshake(agent, gateway)
     agent.seal(b"abc", 100.0)
     assert agent.bytes_to_send == 2 + 1 + 3 + 16
@@ -422,7 +423,7 @@ def test_fuzz_responder_any_bytes(chunks: list[bytes]) -> None:
 
 @given(st.binary(max_size=300), st.integers(1, 40))
 def test_fuzz_responder_after_magic(data: bytes, step: int) -> None:
-    wire = MAGIC + data
+    wire = preamble(Suite.CHACHAPOLY) + data
     _feed_responder([wire[i : i + step] for i in range(0, len(wire), step)])
 
 

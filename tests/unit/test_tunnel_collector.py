@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from raven.metrics import TunnelMetrics
 from raven.protocol.scheduler import TunnelStats
+from raven.protocol.suites import Suite
 
 
 class Tunnel:
@@ -15,6 +16,7 @@ class Tunnel:
     def __init__(self) -> None:
         self.stats = TunnelStats()
         self.conn = self
+        self.suite: Suite | None = Suite.CHACHAPOLY
         self.streams: dict[int, object] = {}
         self.rtt_s: float | None = None
 
@@ -70,3 +72,21 @@ def test_a_peer_never_seen_has_no_series() -> None:
     registry = CollectorRegistry()
     TunnelMetrics(registry, peer_label="agent")
     assert value(registry, "raven_tunnels_connected", agent="site-a") is None
+
+
+def test_tunnels_by_suite_follow_the_live_tunnels_keys() -> None:
+    """Read at scrape time, so a re-handshake that changed the suite shows at once."""
+    registry = CollectorRegistry()
+    live = TunnelMetrics(registry, peer_label="gateway").live
+    a, b, handshaking = Tunnel(), Tunnel(), Tunnel()
+    handshaking.suite = None  # no keys yet: not counted
+    for tunnel in (a, b, handshaking):
+        live.tunnel_up("10.0.0.1:10262", tunnel)
+    name, peer = "raven_tunnels_by_suite", "10.0.0.1:10262"
+    assert value(registry, name, gateway=peer, suite="chacha20-poly1305") == 2
+    assert value(registry, name, gateway=peer, suite="aes-256-gcm") is None
+    b.suite = Suite.AESGCM  # upgraded by a re-handshake
+    assert value(registry, name, gateway=peer, suite="chacha20-poly1305") == 1
+    assert value(registry, name, gateway=peer, suite="aes-256-gcm") == 1
+    live.tunnel_down(peer, b)
+    assert value(registry, name, gateway=peer, suite="aes-256-gcm") is None

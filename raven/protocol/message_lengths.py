@@ -1,0 +1,33 @@
+"""The length each message of the secure channel may have, by channel state: checked from its
+u16 length prefix, before the body is read or buffered (docs/protocol-handshake.md)."""
+
+from __future__ import annotations
+
+from raven.protocol.constants import LENGTH_PREFIX_BYTES
+from raven.protocol.cookie import COOKIE_REPLY_BYTES
+from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
+from raven.protocol.handshake import INITIATION_BYTES, RESPONSE_BYTES
+from raven.protocol.lifecycle import ESTABLISHED_STATES, ChannelState
+from raven.protocol.records import MIN_RECORD_BYTES
+
+__all__ = ["check_length"]
+
+
+def check_length(state: ChannelState, length: int) -> None:
+    """Raise (HandshakeRejected ``malformed`` during the handshake, RemoteProtocolError for
+    a record) unless a message of ``length`` bytes can come next in ``state``."""
+    if state in ESTABLISHED_STATES or state is ChannelState.AWAIT_CONFIRMATION:
+        if length < MIN_RECORD_BYTES:
+            raise RemoteProtocolError(f"record of {length} bytes is too short")
+    elif state is ChannelState.AWAIT_INITIATION:
+        if length != INITIATION_BYTES:
+            raise HandshakeRejected(
+                f"initiation of {length} bytes, expected {INITIATION_BYTES}", "malformed"
+            )
+    elif length not in (RESPONSE_BYTES, COOKIE_REPLY_BYTES):
+        start = length.to_bytes(LENGTH_PREFIX_BYTES, "big")
+        raise HandshakeRejected(
+            f"response of {length} bytes, expected {RESPONSE_BYTES} (starts {start!r}: "
+            "is the gateway address really a Raven tunnel port?)",
+            "malformed",
+        )
