@@ -122,21 +122,31 @@ class Tunnel(asyncio.Protocol):
         self._write_paused = False
         self._write_resumed.set()
         self._flush_now()
+        for stream in list(self.streams.values()):
+            stream._window_opened()  # attached receivers paused on the tunnel go on
 
     # ------------------------------------------------------------ public API
+    @property
+    def write_paused(self) -> bool:
+        """The transport is over its high-water mark (stream writers wait)."""
+        return self._write_paused and not self.closed.done()
+
     @property
     def draining(self) -> bool:
         """GOAWAY sent or received (the connection's lifecycle state)."""
         return self.conn.draining
 
-    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
-        """Open a stream to ``node``:``port`` through this tunnel."""
+    async def open_stream(
+        self, node: str, port: int, *, timeout_s: float, data: bytes = b""
+    ) -> TunnelStream:
+        """Open a stream to ``node``:``port`` through this tunnel; ``data`` (at most
+        MAX_OPEN_DATA_BYTES) rides with the OPEN, before the answer."""
         if self.closed.done():
             raise StreamOpenError(OpenFailure.TUNNEL_CLOSED, "tunnel closed")
         if self.draining:
             raise StreamOpenError(OpenFailure.DRAINING, "tunnel draining")
         try:
-            stream_id = self.conn.open_stream(node, port)
+            stream_id = self.conn.open_stream(node, port, data)
         except LocalProtocolError as exc:
             raise StreamOpenError(OpenFailure.BUSY, str(exc)) from None
         stream = TunnelStream(self, stream_id, incoming=False)
@@ -211,7 +221,7 @@ class Tunnel(asyncio.Protocol):
         fn(self.conn)
         self._after_io()
 
-    def _send(self, stream_id: int, data: bytes) -> None:
+    def _send(self, stream_id: int, data: bytes | memoryview) -> None:
         self.conn.send_stream_data(stream_id, data)
         self._flush()
 
