@@ -19,13 +19,11 @@ is :attr:`done` when both directions ended, the target broke (the stream is rese
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import struct
 import typing
 from collections.abc import Callable
 
 from raven.protocol.codes import StreamCode
+from raven.transport.reset import abort_with_rst
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel_stream import TunnelStream
 
@@ -33,9 +31,6 @@ __all__ = ["TARGET_WRITE_HIGH_WATER_BYTES", "TargetLeg"]
 
 #: The target transport's write buffer above which credit stops flowing back to the gateway.
 TARGET_WRITE_HIGH_WATER_BYTES = 256 * 1024
-
-#: SO_LINGER on, zero seconds: close() sends an RST instead of a FIN.
-_LINGER_RST = struct.pack("ii", 1, 0)
 
 #: Checks each chunk going to the target (the allow-list re-check, metrics, request watcher);
 #: raising ConnectionAbortedError ends the leg as a broken target connection.
@@ -209,14 +204,8 @@ class TargetLeg(asyncio.Protocol):
 
     def _abort_target(self) -> None:
         """Close the target connection with an RST (the request was abandoned)."""
-        transport = self.transport
-        if transport is None:
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-        transport.abort()
+        if self.transport is not None:
+            abort_with_rst(self.transport)
 
     def _finish(self) -> None:
         if not self.done.done():
