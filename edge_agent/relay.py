@@ -1,7 +1,7 @@
 """The agent's L7 relay: stream from the gateway -> allow-list -> TCP to the target.
 
-The bytes move by callbacks (:class:`edge_agent.target_leg.TargetLeg`): one task per stream,
-which connects, accepts and waits for the leg to end.
+The bytes move by callbacks (:class:`edge_agent.target_leg.TargetLeg`): a stream has a task
+only while it connects; once accepted, nothing waits on it (a kept stream costs no task).
 
 An agent never dials a destination outside its allow-list: only nodes it serves, only
 allowed ports, and never an address given by the gateway (the gateway names a node,
@@ -99,7 +99,9 @@ class Relay:
         stream.refuse(code, reason)
 
     async def handle(self, stream: TunnelStream, node: str, port: int) -> None:
-        """Check, connect, accept, relay both ways; every failure gets its reason code."""
+        """Check, connect, accept, then hand the stream to a :class:`TargetLeg`, which relays
+        by callbacks until both ways ended (this task ends there); every failure gets its
+        reason code."""
         name = normalize_node_name(node)
         address = self.nodes.get(name)
         if address is None:
@@ -121,13 +123,18 @@ class Relay:
             raise
         self.metrics.streams_ok.inc()
         self.active.add(stream)
+        leg.done.add_done_callback(lambda _: self._ended(stream, leg))
         try:
             leg.start(stream, self._to_target_hook(name, address, port, via, what),
                       self.metrics.from_target.inc)  # fmt: skip
-            await leg.done
-        finally:
-            self.active.discard(stream)
+        except BaseException:
             leg.close()
+            raise
+
+    def _ended(self, stream: TunnelStream, leg: TargetLeg) -> None:
+        """The leg ended (both ways, broken or reset): no task waited for it."""
+        self.active.discard(stream)
+        leg.close()
 
     def _to_target_hook(
         self, name: str, address: str, port: int, via: tuple[str, int] | None, what: str

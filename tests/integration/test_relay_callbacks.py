@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from edge_agent.target_leg import TARGET_WRITE_HIGH_WATER_BYTES, TargetLeg
 from raven.protocol.codes import StreamCode
+from raven.transport.reset import abort_with_rst
+from raven.transport.stream import StreamResetError
 from raven.transport.tunnel_stream import TunnelStream
 from tests.helpers import wait_for
 from tests.helpers.tunnel import LIMITS, Site, echo_port
@@ -152,5 +156,26 @@ async def test_half_close_both_ways_through_the_callback_relay(site: Site) -> No
         assert got == b"answer after the request ended"
         await wait_for(lambda: not site.relays[0].active, "the relay to end")
         writer.close()
+    finally:
+        server.close()
+
+
+async def test_target_breaking_resets_the_stream_and_the_relay_holds_no_task(site: Site) -> None:
+    conn: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+    conn = asyncio.get_running_loop().create_future()
+    server = await start_target(conn)
+    try:
+        stream = await open_to(site, server, data=b"GET / HTTP/1.1\r\n\r\n")
+        _, target = await conn
+        (link,) = site.links
+        assert link.tunnel is not None
+        assert not link.tunnel._tasks  # relaying, with no task behind the stream
+        target.write(b"HTTP/1.1 200 OK\r\n")
+        assert await stream.read() == b"HTTP/1.1 200 OK\r\n"
+        abort_with_rst(target.transport)
+        with pytest.raises(StreamResetError) as reset:
+            await stream.read()
+        assert reset.value.code is StreamCode.TARGET_RESET
+        await wait_for(lambda: not site.relays[0].active, "the relay to let go")
     finally:
         server.close()
