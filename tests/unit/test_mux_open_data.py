@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from raven.config.common import LimitsConfig
 from raven.protocol.codes import StreamCode
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import (
@@ -143,3 +144,9 @@ def test_refused_open_releases_its_data() -> None:
     pair.pump()
     assert pair.agent.buffered_bytes == 0 and pair.agent.open_streams == 0
     assert events(pair.gateway) == [StreamRefused(stream_id, StreamCode.UNKNOWN_NODE, "not here")]
+
+
+def test_configured_stream_windows_hold_any_open_data() -> None:
+    assert LimitsConfig(stream_window_bytes=MAX_OPEN_DATA_BYTES).stream_window_bytes
+    with pytest.raises(ValueError, match="stream_window_bytes"):
+        LimitsConfig(stream_window_bytes=MAX_OPEN_DATA_BYTES - 1)
