@@ -10,7 +10,7 @@ import pytest
 from edge_agent.target_leg import TARGET_WRITE_HIGH_WATER_BYTES, TargetLeg
 from raven.protocol.codes import StreamCode
 from raven.transport.reset import abort_with_rst
-from raven.transport.stream import StreamResetError
+from raven.transport.stream import OpenFailure, StreamOpenError, StreamResetError
 from raven.transport.tunnel_stream import TunnelStream
 from tests.helpers import wait_for
 from tests.helpers.tunnel import LIMITS, Site, echo_port
@@ -179,3 +179,21 @@ async def test_target_breaking_resets_the_stream_and_the_relay_holds_no_task(sit
         await wait_for(lambda: not site.relays[0].active, "the relay to let go")
     finally:
         server.close()
+
+
+async def test_refused_opens_with_data_fail_as_without(site: Site) -> None:
+    port = echo_port(site)
+    await site.start({NODE: "127.0.0.1", "edge-dead-1": "127.0.0.1"}, [port, 1])
+    await wait_for(lambda: site.registry.agents_for(NODE))
+    request = b"GET /metrics HTTP/1.1\r\n\r\n"
+    for node, target_port, failure in [
+        ("edge-dead-1", 1, OpenFailure.TARGET_REFUSED),
+        (NODE, 2 if port != 2 else 3, OpenFailure.PORT_NOT_ALLOWED),
+        ("edge-nope-1", port, OpenFailure.UNKNOWN_NODE),
+    ]:
+        with pytest.raises(StreamOpenError) as refused:
+            await site.registry.open_stream(node, target_port, timeout_s=5, data=request)
+        assert refused.value.reason is failure
+    (link,) = site.links
+    assert link.tunnel is not None
+    assert link.tunnel.conn.buffered_bytes == 0  # the refused OPENs' data was let go
