@@ -1,15 +1,15 @@
 """The sans-IO core's cost per scrape: two TunnelConnections in one process, no sockets.
 
-One "scrape" is what the protocol does for one proxied request: the gateway opens a stream, the
-agent accepts, a 200-byte request goes one way, a 100 KB response the other, both ENDs, every
-record sealed and opened (under the transport suite ``--cipher``), events drained and credit
-returned on both sides. Reports CPU microseconds per scrape (both sides together; CPU, not wall
-time, so the figure holds on a busy machine) as a Markdown row: the build of ``raven.protocol``
-that ran (``pure``, the .py modules, or ``compiled``, mypyc: ``scripts/build-compiled``), the
-suite, the median and the best round. ``--cipher both`` measures both suites in the same run,
-rounds interleaved (one row each).
+One "scrape" is what the protocol does for one proxied request: the gateway opens a stream with
+the 200-byte request riding on the OPEN (``--no-open-data``: sent after the agent accepts), the
+agent accepts, a 100 KB response comes back, both ENDs, every record sealed and opened (under the
+transport suite ``--cipher``), events drained and credit returned on both sides. Reports CPU
+microseconds per scrape (both sides together; CPU, not wall time, so the figure holds on a busy
+machine) as a Markdown row: the build of ``raven.protocol`` that ran (``pure``, the .py modules,
+or ``compiled``, mypyc: ``scripts/build-compiled``), the suite, the median and the best round.
+``--cipher both`` measures both suites in the same run, rounds interleaved (one row each).
 
-Usage: python bench/bench_core.py [--scrapes 2000] [--rounds 5]
+Usage: python bench/bench_core.py [--scrapes 2000] [--rounds 5] [--no-open-data]
                                   [--cipher chacha20-poly1305|aes-256-gcm|both]
 """
 
@@ -75,16 +75,19 @@ def connected(suite: Suite) -> tuple[TunnelConnection, TunnelConnection]:
     return agent, gateway
 
 
-def scrape(agent: TunnelConnection, gateway: TunnelConnection, now: float) -> None:
-    sid = gateway.open_stream("edge-bench", 9400)
+def scrape(
+    agent: TunnelConnection, gateway: TunnelConnection, now: float, open_data: bool = True
+) -> None:
+    sid = gateway.open_stream("edge-bench", 9400, REQUEST if open_data else b"")
     pump(gateway, agent, now)
     drain(agent)
     agent.accept_stream(sid)
     pump(gateway, agent, now)
     drain(gateway)
-    gateway.send_stream_data(sid, REQUEST)
-    pump(gateway, agent, now)
-    drain(agent)
+    if not open_data:  # the request in its own DATA frame, after OPEN_RESULT
+        gateway.send_stream_data(sid, REQUEST)
+        pump(gateway, agent, now)
+        drain(agent)
     view = memoryview(RESPONSE)
     while view:
         n = min(agent.send_capacity(sid), len(view))
@@ -106,6 +109,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cipher", default=Suite.CHACHAPOLY.label,
                         choices=[*(s.label for s in Suite), "both"])  # fmt: skip
+    parser.add_argument("--no-open-data", action="store_true",
+                        help="send the request after OPEN_RESULT (before issue 12's OPEN data)")  # fmt: skip
     args = parser.parse_args()
     suites = list(Suite) if args.cipher == "both" else [suite_by_name(args.cipher)]
     pairs = {suite: connected(suite) for suite in suites}
@@ -115,7 +120,7 @@ def main() -> int:
         for suite, (agent, gateway) in pairs.items():  # interleaved: same machine state
             started = time.process_time()
             for _ in range(args.scrapes):
-                scrape(agent, gateway, now)
+                scrape(agent, gateway, now, open_data=not args.no_open_data)
             per_scrape[suite].append((time.process_time() - started) / args.scrapes * 1e6)
     for suite, rounds in per_scrape.items():
         median, best = statistics.median(rounds), min(rounds)

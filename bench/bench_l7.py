@@ -12,6 +12,7 @@ Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the mi
 processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
 
 Usage: python bench/bench_l7.py [--seconds 5] [--conns 16 256] [--paths direct nginx gateway tunnel]
+       [--close]  (every request on a new client connection: a new stream, an OPEN, each time)
 Needs wrk and nginx (`sudo scripts/setup --bench` installs them).
 """
 
@@ -227,7 +228,9 @@ def _latency(out: str, pct: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)] if match else float("nan")
 
 
-def run_wrk(url: str, conns: int, seconds: float, host: str | None) -> tuple[str, float]:
+def run_wrk(
+    url: str, conns: int, seconds: float, host: str | None, close: bool = False
+) -> tuple[str, float]:
     cmd = [
         "wrk",
         f"-t{min(2, conns)}",
@@ -239,17 +242,25 @@ def run_wrk(url: str, conns: int, seconds: float, host: str | None) -> tuple[str
     ]
     if host:
         cmd += ["-H", f"Host: {host}"]
+    if close:  # a new client connection (and so a new tunnel stream) for every request
+        cmd += ["-H", "Connection: close"]
     started = time.monotonic()
     out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
     return out, time.monotonic() - started
 
 
 def measure(
-    path: str, url: str, conns: int, seconds: float, host: str | None, pids: list[int]
+    path: str,
+    url: str,
+    conns: int,
+    seconds: float,
+    host: str | None,
+    pids: list[int],
+    close: bool = False,
 ) -> Result:
-    run_wrk(url, conns, 1, host)  # warm-up
+    run_wrk(url, conns, 1, host, close)  # warm-up
     before = [cpu_seconds(process_tree(p)) for p in pids]
-    out, wall = run_wrk(url, conns, seconds, host)
+    out, wall = run_wrk(url, conns, seconds, host, close)
     used = [(cpu_seconds(process_tree(p)) - b) / wall for p, b in zip(pids, before, strict=True)]
     cpu = sum(used) if pids else float("nan")
     split = " + ".join(f"{u:.2f}" for u in used) if len(used) > 1 else ""
@@ -306,6 +317,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--conns", type=int, nargs="+", default=[1, 16, 256])
     parser.add_argument("--paths", nargs="+", choices=ALL_PATHS, default=list(ALL_PATHS))
+    parser.add_argument("--close", action="store_true",
+                        help="Connection: close on every request (a new stream each time)")  # fmt: skip
     parser.add_argument("--role", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
@@ -383,7 +396,9 @@ def main() -> int:
             for path in [p for p in ALL_PATHS if p in paths]:
                 url, host_header, pids = setups[path]
                 for conns in args.conns:
-                    results.append(measure(path, url, conns, args.seconds, host_header, pids))
+                    results.append(
+                        measure(path, url, conns, args.seconds, host_header, pids, args.close)
+                    )
                     print(f"  {path} c={conns}: {results[-1].rps:,.0f} req/s", file=sys.stderr)
         finally:
             for proc in reversed(procs):

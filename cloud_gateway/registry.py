@@ -269,8 +269,11 @@ class Registry:
             if not _is_glob(pat)
         )
 
-    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
-        """Open a stream to ``node``:``port`` through an agent serving it."""
+    async def open_stream(
+        self, node: str, port: int, *, timeout_s: float, data: bytes = b""
+    ) -> TunnelStream:
+        """Open a stream to ``node``:``port`` through an agent serving it (``data`` rides
+        with the OPEN; a refused agent's next candidate gets it again)."""
         name = normalize_node_name(node)
         candidates = self.agents_for(name)
         if not candidates:
@@ -284,7 +287,9 @@ class Registry:
         last: StreamOpenError | None = None
         for session in candidates:
             try:
-                stream = await session.tunnel.open_stream(name, port, timeout_s=timeout_s)
+                stream = await session.tunnel.open_stream(
+                    name, port, timeout_s=timeout_s, data=data
+                )
             except StreamOpenError as exc:
                 if exc.reason not in _TRY_NEXT:
                     raise

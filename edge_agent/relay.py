@@ -1,5 +1,8 @@
 """The agent's L7 relay: stream from the gateway -> allow-list -> TCP to the target.
 
+The bytes move by callbacks (:class:`edge_agent.target_leg.TargetLeg`): a stream has a task
+only while it connects; once accepted, nothing waits on it (a kept stream costs no task).
+
 An agent never dials a destination outside its allow-list: only nodes it serves, only
 allowed ports, and never an address given by the gateway (the gateway names a node,
 the agent's own table gives the address).
@@ -8,26 +11,19 @@ the agent's own table gives the address).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from edge_agent.target_leg import TargetLeg
 from raven.protocol.codes import StreamCode
-from raven.protocol.limits import Limits
 from raven.protocol.names import normalize_node_name
 from raven.transport.connect_errors import connect_failure
-from raven.transport.pump import pump
-from raven.transport.stream import StreamResetError
 from raven.transport.tunnel import TunnelStream
 
 log = logging.getLogger(__name__)
-
-#: Reads from the target: a whole number of the tunnel's largest frames, so a read never
-#: leaves a tiny tail frame (and record) behind.
-READ_CHUNK_BYTES = 4 * Limits().max_frame_payload_bytes
 
 
 class RequestWatcher(Protocol):
@@ -36,9 +32,6 @@ class RequestWatcher(Protocol):
     def feed(self, data: bytes) -> bool:
         """True when it needs no more bytes."""
         ...
-
-
-Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class EndpointFinder(Protocol):
@@ -106,7 +99,9 @@ class Relay:
         stream.refuse(code, reason)
 
     async def handle(self, stream: TunnelStream, node: str, port: int) -> None:
-        """Check, connect, accept, pump both ways; every failure gets its reason code."""
+        """Check, connect, accept, then hand the stream to a :class:`TargetLeg`, which relays
+        by callbacks until both ways ended (this task ends there); every failure gets its
+        reason code."""
         name = normalize_node_name(node)
         address = self.nodes.get(name)
         if address is None:
@@ -115,51 +110,74 @@ class Relay:
         if port not in self.allowed_ports:
             self._refuse(stream, StreamCode.PORT_NOT_ALLOWED, f"port {port} not allowed")
             return
+        what = f"{name}:{port}"
         try:
-            (reader, writer), via = await self._connect(name, address, port)
+            leg, via = await self._connect(name, address, port, what)
         except (OSError, TimeoutError) as exc:
-            self._refuse(stream, *connect_failure(exc, f"{name}:{port}", address))
+            self._refuse(stream, *connect_failure(exc, what, address))
             return
-        stream.accept()
+        try:
+            stream.accept()
+        except BaseException:
+            leg.close()
+            raise
         self.metrics.streams_ok.inc()
         self.active.add(stream)
-
-        def still_served() -> bool:
-            """A kept stream carries later requests: each is checked as its OPEN was."""
-            if self.nodes.get(name) != address or port not in self.allowed_ports:
-                return False
-            return via is None or (self.endpoints is not None
-                                   and via in self.endpoints.candidates(name, port))  # fmt: skip
-
+        leg.done.add_done_callback(lambda _: self._ended(stream, leg))
         try:
-            watcher = self.request_watcher(name, port) if self.request_watcher else None
-            await self._pump(stream, reader, writer, watcher=watcher, still_served=still_served,
-                             what=f"{name}:{port}")  # fmt: skip
-        finally:
-            self.active.discard(stream)
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            leg.start(stream, self._to_target_hook(name, address, port, via, what),
+                      self.metrics.from_target.inc)  # fmt: skip
+        except BaseException:
+            leg.close()
+            raise
 
-    async def _open(self, host: str, port: int) -> Connection:
+    def _ended(self, stream: TunnelStream, leg: TargetLeg) -> None:
+        """The leg ended (both ways, broken or reset): no task waited for it."""
+        self.active.discard(stream)
+        leg.close()
+
+    def _to_target_hook(
+        self, name: str, address: str, port: int, via: tuple[str, int] | None, what: str
+    ) -> Callable[[bytes], None]:
+        """Each chunk to the target: re-checked as its OPEN was (a kept stream carries later
+        requests), counted, and shown to the backfill's request watcher until it has enough."""
+        watcher = self.request_watcher(name, port) if self.request_watcher else None
+        watching = [watcher] if watcher is not None else []
+        to_target_bytes = self.metrics.to_target
+
+        def to_target(data: bytes) -> None:
+            if self.nodes.get(name) != address or port not in self.allowed_ports or not (
+                via is None or (self.endpoints is not None
+                                and via in self.endpoints.candidates(name, port))
+            ):  # fmt: skip
+                raise ConnectionAbortedError(f"{what} is no longer served by this agent")
+            to_target_bytes.inc(len(data))
+            if watching and watching[0].feed(data):
+                watching.clear()
+
+        return to_target
+
+    async def _open(self, host: str, port: int, what: str) -> TargetLeg:
+        loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.connect_timeout_s):
-            return await asyncio.open_connection(host, port)
+            _, leg = await loop.create_connection(lambda: TargetLeg(what), host, port)
+        return leg
 
     async def _connect(
-        self, name: str, address: str, port: int
-    ) -> tuple[Connection, tuple[str, int] | None]:
+        self, name: str, address: str, port: int, what: str
+    ) -> tuple[TargetLeg, tuple[str, int] | None]:
         """The node's own address first; when nothing listens there (refused), the ready
         endpoints of a configured Service on that node (:mod:`edge_agent.service_endpoints`).
         Returns the connection and the endpoint it went to (None: the node's own address)."""
         try:
-            return await self._open(address, port), None
+            return await self._open(address, port, what), None
         except ConnectionRefusedError:
             candidates = self.endpoints.candidates(name, port) if self.endpoints else []
             if not candidates:
                 raise
         for host, target_port in candidates:
             try:
-                conn = await self._open(host, target_port)
+                leg = await self._open(host, target_port, what)
             except (OSError, TimeoutError) as exc:
                 self.metrics.service_endpoints.labels("failed").inc()
                 log.info(
@@ -171,38 +189,5 @@ class Relay:
                 )
                 continue
             self.metrics.service_endpoints.labels("ok").inc()
-            return conn, (host, target_port)
+            return leg, (host, target_port)
         raise ConnectionRefusedError(f"{name}:{port} and its service endpoints refused")
-
-    async def _pump(
-        self,
-        stream: TunnelStream,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        *,
-        watcher: RequestWatcher | None,
-        still_served: Callable[[], bool],
-        what: str,
-    ) -> None:
-        watching = [watcher] if watcher is not None else []
-        to_target_bytes, from_target_bytes = self.metrics.to_target, self.metrics.from_target
-
-        def to_target(data: bytes) -> None:
-            if not still_served():  # the node, port or endpoint left the allow-list
-                raise ConnectionAbortedError(f"{what} is no longer served by this agent")
-            to_target_bytes.inc(len(data))
-            if watching and watching[0].feed(data):
-                watching.clear()
-
-        def from_target(data: bytes) -> None:
-            from_target_bytes.inc(len(data))
-
-        result = await pump(stream, reader, writer, chunk_bytes=READ_CHUNK_BYTES,
-                            on_to_stream=from_target, on_to_socket=to_target)  # fmt: skip
-        error = result.error
-        if isinstance(error, StreamResetError):
-            return  # the gateway side went away: just close the target
-        if isinstance(error, OSError):
-            stream.reset(StreamCode.TARGET_RESET, f"target connection broke: {error}")
-        elif error is not None:
-            raise error

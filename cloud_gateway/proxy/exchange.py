@@ -29,6 +29,7 @@ from cloud_gateway.proxy.heads import BodyKind, HeadReader, RequestHead, parse_r
 from cloud_gateway.proxy.rewrite import request_head_for_target, response_head_for_client
 from cloud_gateway.proxy.target import Target
 from raven.protocol.codes import StreamCode
+from raven.protocol.frames import MAX_OPEN_DATA_BYTES
 from raven.transport.stream import ByteStream, StreamOpenError, StreamResetError
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -55,11 +56,16 @@ class CutConnection(Exception):
         self.response_bytes = response_bytes
 
 
-async def open_target(ctx: ProxyContext, target: Target, timeout_s: float) -> ByteStream:
-    """Open a stream to ``target`` or raise :class:`ProxyError` with the matching kind."""
+async def open_target(
+    ctx: ProxyContext, target: Target, timeout_s: float, early: bytes = b""
+) -> ByteStream:
+    """Open a stream to ``target`` or raise :class:`ProxyError` with the matching kind;
+    ``early``: the first request bytes, sent with the open (:meth:`Exchange.early_request`)."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await ctx.opener.open_stream(target.node, target.port, timeout_s=timeout_s)
+            return await ctx.opener.open_stream(
+                target.node, target.port, timeout_s=timeout_s, data=early
+            )
     except StreamOpenError as exc:
         kind = KIND_BY_OPEN_FAILURE.get(exc.reason, ErrorKind.INTERNAL)
         raise ProxyError(kind, exc.detail or f"{target.authority}: {exc.reason.value}") from None
@@ -95,6 +101,29 @@ class Exchange:
         #: asked: keep the stream for the next request; ``reusable``: the response allows it
         self.keep_stream = keep_stream
         self.reusable = False
+        #: the whole request went with the stream's OPEN (early_request)
+        self.sent_early = False
+
+    def early_request(self) -> bytes:
+        """The whole request when it can ride with the stream's OPEN (no round trip before it
+        leaves): the head, with a Content-Length body already read; b"" when it cannot (a
+        streamed or large body, ``Expect: 100-continue``) and :meth:`run` sends it."""
+        req = self.req
+        head = request_head_for_target(req, self.target, keep_alive=self.keep_stream)
+        if req.body is BodyKind.NONE:
+            data = head
+        elif req.body is BodyKind.LENGTH and not req.expect_continue:
+            if len(head) + req.content_length > MAX_OPEN_DATA_BYTES:
+                return b""
+            if len(self.buf) < req.content_length:
+                return b""
+            data = head + self.buf.take(req.content_length)
+        else:
+            return b""
+        if len(data) > MAX_OPEN_DATA_BYTES:
+            return b""
+        self.sent_early = True
+        return data
 
     async def run(self, stream: ByteStream, timeout_s: float) -> Outcome:
         """Forward over ``stream``; raises ProxyError (nothing sent yet) or CutConnection."""
@@ -136,6 +165,8 @@ class Exchange:
         return CutConnection(error, self.status, self.sent)
 
     async def _send_request(self, stream: ByteStream) -> None:
+        if self.sent_early:
+            return
         req = self.req
         head = request_head_for_target(req, self.target, keep_alive=self.keep_stream)
         if req.body is BodyKind.NONE:

@@ -202,15 +202,15 @@ class HttpConnection:
         stream = await self._kept_stream(target)
         reused = stream is not None
         while True:
-            if stream is None:
+            exchange = Exchange(ctx, reader=self.reader, writer=self.writer, buf=self.buf,
+                                req=req, target=target, keep_stream=not close_on_error)  # fmt: skip
+            if stream is None:  # the request rides with the OPEN when it can
                 try:
-                    stream = await open_target(ctx, target, timeout_s)
+                    stream = await open_target(ctx, target, timeout_s, exchange.early_request())
                 except ProxyError as exc:
                     self._fail(exc, target.mode.value, target.node, close=close_on_error)
                     return not close_on_error
             remaining = timeout_s - (time.monotonic() - start)
-            exchange = Exchange(ctx, reader=self.reader, writer=self.writer, buf=self.buf,
-                                req=req, target=target, keep_stream=not close_on_error)  # fmt: skip
             try:
                 outcome = await exchange.run(stream, remaining)
             except CutConnection as cut:

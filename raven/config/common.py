@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from raven.config.loader import ConfigError, doc
 from raven.hostport import AddressError, parse_hostport
+from raven.protocol.frames import MAX_OPEN_DATA_BYTES
 from raven.protocol.limits import Limits
 
 _DEFAULTS = Limits()
@@ -37,7 +38,8 @@ class LimitsConfig:
     """Tunnel limits (see docs/protocol.md, "Limits"). Both sides enforce what they receive."""
 
     stream_window_bytes: int = doc(
-        "Initial flow-control credit per stream and direction.",
+        "Initial flow-control credit per stream and direction (at least 16384: the most "
+        "data an OPEN may carry).",
         default=_DEFAULTS.stream_window_bytes,
     )
     max_streams: int = doc(
@@ -107,6 +109,8 @@ class LimitsConfig:
                 raise ValueError(f"limits.{f.name} must be positive")
         if self.dead_peer_timeout_s <= self.keepalive_interval_s:
             raise ValueError("limits.dead_peer_timeout_s must be larger than keepalive_interval_s")
+        if self.stream_window_bytes < MAX_OPEN_DATA_BYTES:  # an OPEN's data fits any window
+            raise ValueError(f"limits.stream_window_bytes must be at least {MAX_OPEN_DATA_BYTES}")
 
     def to_limits(self) -> Limits:
         return dataclasses.replace(Limits(), **dataclasses.asdict(self))

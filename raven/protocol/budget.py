@@ -14,6 +14,7 @@ from raven.protocol.frames import (
     DataFrame,
     DatagramFrame,
     Frame,
+    OpenFrame,
     RegisterFrame,
     RegisterResultFrame,
 )
@@ -46,6 +47,9 @@ class ControlBudget:
                 free += FRAME_HEADER_BYTES + len(frame.data)
             elif isinstance(frame, CreditFrame):
                 free += _CREDIT_FRAME_BYTES
+            elif isinstance(frame, OpenFrame):  # its data is stream data (credited), not control
+                ops += 1
+                free += len(frame.data)
             elif isinstance(frame, RegisterFrame):
                 ops += 1 + len(frame.nodes) + len(frame.prefixes)
             elif isinstance(frame, RegisterResultFrame):

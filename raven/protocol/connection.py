@@ -252,8 +252,8 @@ class TunnelConnection:
 
     # ------------------------------------------------------------------ streams
 
-    def open_stream(self, node: str, port: int) -> int:
-        return self._mux.open_stream(node, port)
+    def open_stream(self, node: str, port: int, data: bytes = b"") -> int:
+        return self._mux.open_stream(node, port, data)
 
     def accept_stream(self, stream_id: int) -> None:
         self._mux.accept_stream(stream_id)

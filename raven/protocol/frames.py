@@ -59,6 +59,11 @@ class FrameType(enum.IntEnum):
 
 #: REGISTER / REGISTER_RESULT: this chunk completes the set.
 FLAG_FINAL = 0x01
+#: OPEN: the stream's first data rides with it (node name length u8 and the data follow the port).
+FLAG_OPEN_DATA = 0x02
+#: Most data an OPEN may carry. It counts against the stream's receive window, and every stream
+#: a peer accepts gets at least this much window (``stream_table.MIN_STREAM_WINDOW_BYTES``).
+MAX_OPEN_DATA_BYTES = 16 * 1024
 #: Largest stream id (u32); 0 is the connection itself.
 MAX_STREAM_ID = 0xFFFFFFFF
 #: PING/PONG carry this many opaque bytes.
@@ -70,6 +75,7 @@ HEADER = struct.Struct(">BBIH")
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_OPEN_DATA_HEAD = struct.Struct(">HB")  # port, node name length
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,8 @@ class OpenFrame:
     stream_id: int
     node: str
     port: int
+    #: the stream's first bytes (at most MAX_OPEN_DATA_BYTES), counted against its window
+    data: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +199,9 @@ _STREAM_TYPES = frozenset(
         FrameType.RESET,
     }
 )
-_FINAL_TYPES = frozenset({FrameType.REGISTER, FrameType.REGISTER_RESULT})
+#: The one flag each frame type may carry (0: none).
+_TYPE_FLAG = {FrameType.REGISTER: FLAG_FINAL, FrameType.REGISTER_RESULT: FLAG_FINAL,
+              FrameType.OPEN: FLAG_OPEN_DATA}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -230,7 +240,12 @@ def encode_frame(frame: Frame) -> bytes:
         if not 0 < frame.port <= 0xFFFF:
             raise LocalProtocolError(f"port {frame.port} out of range")
         node = check_node_name(frame.node).encode("ascii")
-        return _frame(FrameType.OPEN, frame.stream_id, _U16.pack(frame.port) + node)
+        if not frame.data:
+            return _frame(FrameType.OPEN, frame.stream_id, _U16.pack(frame.port) + node)
+        if len(frame.data) > MAX_OPEN_DATA_BYTES:
+            raise LocalProtocolError(f"OPEN data of {len(frame.data)} bytes is too big")
+        body = _OPEN_DATA_HEAD.pack(frame.port, len(node)) + node + bytes(frame.data)
+        return _frame(FrameType.OPEN, frame.stream_id, body, FLAG_OPEN_DATA)
     if isinstance(frame, OpenResultFrame | ResetFrame):
         _check_stream_id(frame.stream_id)
         body = _U8.pack(frame.code) + encode_reason(frame.reason)
@@ -336,11 +351,12 @@ def _decode(ftype_value: int, flags: int, stream_id: int, body: bytes) -> Frame:
         ftype = FrameType(ftype_value)
     except ValueError:
         raise RemoteProtocolError(f"unknown frame type {ftype_value}") from None
-    if flags & ~(FLAG_FINAL if ftype in _FINAL_TYPES else 0):
+    allowed = _TYPE_FLAG.get(ftype, 0)
+    if flags & ~allowed:
         raise RemoteProtocolError(f"unknown flags {flags:#x} on {ftype.label} frame")
     if (ftype in _STREAM_TYPES) != (stream_id != 0):
         raise RemoteProtocolError(f"bad stream id {stream_id} on {ftype.label} frame")
-    return _DECODERS[ftype](stream_id, body, bool(flags & FLAG_FINAL))
+    return _DECODERS[ftype](stream_id, body, bool(flags & allowed))
 
 
 def _stream_code(value: int) -> StreamCode:
@@ -362,12 +378,19 @@ def _need(body: bytes, size: int, what: str) -> None:
         raise RemoteProtocolError(f"{what} frame too short")
 
 
-def _d_open(stream_id: int, body: bytes, _final: bool) -> Frame:
+def _d_open(stream_id: int, body: bytes, with_data: bool) -> Frame:
     _need(body, 3, "OPEN")
     (port,) = _U16.unpack_from(body)
     if port == 0:
         raise RemoteProtocolError("OPEN to port 0")
-    return OpenFrame(stream_id, decode_node(body[2:]), port)
+    if not with_data:
+        return OpenFrame(stream_id, decode_node(body[2:]), port)
+    _need(body, 4, "OPEN")
+    end = 3 + body[2]
+    data = body[end:]
+    if not body[2] or not data or len(data) > MAX_OPEN_DATA_BYTES:
+        raise RemoteProtocolError("OPEN data (or its node name) empty or too big")
+    return OpenFrame(stream_id, decode_node(body[3:end]), port, data)
 
 
 def _d_open_result(stream_id: int, body: bytes, _final: bool) -> Frame:

@@ -1,17 +1,14 @@
 """Multiplexer: frames <-> streams, the fair scheduler, keepalive, drain, registration.
 
-Sans-IO over plaintext record payloads: :meth:`Multiplexer.receive_payload`
-takes the frames payload of one record, :meth:`Multiplexer.next_payload`
-produces the next one to seal (at most ``MAX_RECORD_PAYLOAD_BYTES``
-bytes). Events come out of :meth:`Multiplexer.next_event`. The peer's
-violations raise :class:`RemoteProtocolError` (the caller then calls
-:meth:`Multiplexer.abort`); our own illegal calls raise
-:class:`LocalProtocolError`.
+Sans-IO over plaintext record payloads: :meth:`Multiplexer.receive_payload` takes the frames
+payload of one record, :meth:`Multiplexer.next_payload` produces the next one to seal (at most
+``MAX_RECORD_PAYLOAD_BYTES`` bytes). Events come out of :meth:`Multiplexer.next_event`. The
+peer's violations raise :class:`RemoteProtocolError` (the caller then calls
+:meth:`Multiplexer.abort`); our own illegal calls raise :class:`LocalProtocolError`.
 
-Sending order inside a payload: control frames (OPEN, CREDIT, RESET, PONG...)
-first, then datagrams (at most half the payload while streams wait), then
-stream data by deficit round robin with a quantum of
-``limits.max_frame_payload_bytes``, so one busy stream cannot starve the others.
+Sending order inside a payload: control frames (OPEN, CREDIT, RESET, PONG...) first, then
+datagrams (at most half the payload while streams wait), then stream data by deficit round
+robin (quantum ``limits.max_frame_payload_bytes``): one busy stream cannot starve the others.
 """
 
 from __future__ import annotations
@@ -157,13 +154,13 @@ class Multiplexer:
 
     # ------------------------------------------------------------------ streams: our calls
 
-    def open_stream(self, node: str, port: int) -> int:
-        """Ask the peer for a stream to ``node``:``port``; StreamAccepted or
-        StreamRefused follows (StreamRefused BUSY at once when max_streams is reached)."""
+    def open_stream(self, node: str, port: int, data: bytes = b"") -> int:
+        """Ask for a stream to ``node``:``port`` (``data``: its first bytes, paid from the peer's
+        grant); StreamAccepted or StreamRefused follows (BUSY at once at max_streams)."""
         self._move(TunnelInput.SEND_OPEN_STREAM)
         table = self._table
         stream_id = table.next_local_id()
-        open_frame = encode_frame(OpenFrame(stream_id, node, port))  # validates node/port
+        open_frame = encode_frame(OpenFrame(stream_id, node, port, data))  # validates all
         table.take_local_id()
         window, busy = table.window_for_new_stream()
         if busy:
@@ -171,6 +168,7 @@ class Multiplexer:
             return stream_id
         stream = table.add(stream_id, window)
         stream.apply(_I.SEND_OPEN)
+        stream.send_credit = -len(data)  # the peer's grant covers the OPEN's data too
         self._queue_control(open_frame)
         self._grant_window(stream)
         self.stats.streams_opened += 1
@@ -196,7 +194,7 @@ class Multiplexer:
         stream = self._table.get(stream_id)
         if stream is None or stream.state not in SENDING_STATES:
             return 0
-        return stream.send_credit
+        return max(0, stream.send_credit)
 
     def send_stream_data(self, stream_id: int, data: bytes | bytearray | memoryview) -> None:
         stream = self._table.local(stream_id)
@@ -225,9 +223,10 @@ class Multiplexer:
         stream = self._table.get(stream_id)
         if stream is None:
             return  # reset or closed meanwhile; its bytes were already released
-        increment = stream.on_consumed(size, self._limits.credit_update_ratio)
+        grant = stream.state in RECEIVING_STATES and not self.closed
+        increment = stream.on_consumed(size, self._limits.credit_update_ratio, grant=grant)
         self._table.buffered -= size
-        if increment and stream.state in RECEIVING_STATES and not self.closed:
+        if increment:
             stream.apply(_I.SEND_CREDIT)
             self._queue_control(encode_frame(CreditFrame(stream_id, increment)))
 
@@ -458,12 +457,16 @@ class Multiplexer:
             window, reason = self._table.window_for_new_stream()
             if reason:
                 code = StreamCode.BUSY
+            elif len(frame.data) > window:
+                code, reason = StreamCode.PROTOCOL_ERROR, "OPEN data exceeds the stream window"
         if code is not StreamCode.OK:
             self._queue_peer_induced([encode_frame(OpenResultFrame(stream_id, code, reason))])
             return
-        stream = self._table.add(stream_id, window)
+        stream = self._table.add(stream_id, window, received=len(frame.data))
         stream.apply(_I.RECV_OPEN)
         self._events.append(StreamOpened(stream_id, frame.node, frame.port))
+        if frame.data:  # received already: the window we grant at accept covers it
+            self._events.append(StreamDataReceived(stream_id, frame.data))
 
     def _on_stream_control(
         self, frame: CreditFrame | EndFrame | ResetFrame | OpenResultFrame

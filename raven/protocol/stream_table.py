@@ -96,10 +96,14 @@ class StreamTable:
             return 0, "too much data buffered on the tunnel"
         return window, ""
 
-    def add(self, stream_id: int, window: int) -> Stream:
+    def add(self, stream_id: int, window: int, *, received: int = 0) -> Stream:
+        """A new stream; ``received``: bytes its peer's OPEN carried (within ``window``)."""
         stream = Stream(stream_id, window)
         self.streams[stream_id] = stream
         self.reserved += window
+        if received:
+            stream.on_open_data(received)
+            self.buffered += received
         return stream
 
     def forget(self, stream: Stream) -> None:

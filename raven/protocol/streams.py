@@ -141,7 +141,8 @@ class Stream:
         self.state = StreamState.IDLE
         #: our receive window (bytes granted to the peer at open, kept topped up)
         self.window = window
-        #: bytes the peer still lets us send
+        #: bytes the peer still lets us send (below zero while the grant that covers the data
+        #: our OPEN carried has not come)
         self.send_credit = 0
         #: bytes we let the peer send, in total, and bytes it sent, in total
         self.recv_granted = 0
@@ -178,15 +179,23 @@ class Stream:
         self.buffered += size
         return True
 
-    def on_consumed(self, size: int, ratio: float) -> int:
-        """The application read ``size`` bytes; returns the credit to grant now (or 0)."""
+    def on_open_data(self, size: int) -> None:
+        """The peer's OPEN carried ``size`` bytes (checked against the window by the caller):
+        received before the grant that covers them goes out."""
+        self.recv_total += size
+        self.buffered += size
+
+    def on_consumed(self, size: int, ratio: float, *, grant: bool = True) -> int:
+        """The application read ``size`` bytes; returns the credit to grant now (or 0).
+        ``grant``: False while no CREDIT may go out (not accepted yet, or the peer ended); the
+        bytes are granted back with a later consumption."""
         if size < 0 or size > self.buffered:
             raise LocalProtocolError(
                 f"consumed {size} bytes but {self.buffered} are buffered on stream {self.stream_id}"
             )
         self.buffered -= size
         self.consumed_ungranted += size
-        if self.consumed_ungranted >= max(1, int(self.window * ratio)):
+        if grant and self.consumed_ungranted >= max(1, int(self.window * ratio)):
             increment = self.consumed_ungranted
             self.consumed_ungranted = 0
             self.recv_granted += increment

@@ -193,7 +193,9 @@ class DirectOpener:
         self._ports = None if allowed_ports is None else frozenset(allowed_ports)
         self._connect_timeout_s = connect_timeout_s
 
-    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> ByteStream:
+    async def open_stream(
+        self, node: str, port: int, *, timeout_s: float, data: bytes = b""
+    ) -> ByteStream:
         name = normalize_node_name(node)
         address = self._nodes.get(name)
         if address is None:
@@ -208,4 +210,7 @@ class DirectOpener:
         except (OSError, TimeoutError) as exc:
             code, detail = connect_failure(exc, f"{name}:{port}", address)
             raise StreamOpenError(OPEN_FAILURE_BY_CODE[code], detail) from None
-        return DirectStream(transport, protocol)
+        stream = DirectStream(transport, protocol)
+        if data:
+            await stream.write(data)
+        return stream

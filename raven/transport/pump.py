@@ -1,11 +1,11 @@
 """The one byte pump between a tunnel stream and a TCP connection, both directions at once.
 
-Used by the agent's relay (stream from the gateway <-> target) and the gateway's CONNECT and TLS
-passthrough (client <-> stream). Half-close is kept: the end of one direction is passed on
-(EOF / END) while the other keeps flowing. The pump ends when both directions have ended, when
-either breaks (the other is cancelled), or after ``idle_timeout_s`` without a byte either way.
-It never closes anything itself: the caller decides, from the `PumpResult`, how to end the
-stream and the connection.
+Used by the gateway's CONNECT and TLS passthrough (client <-> stream); the agent's relay moves
+its bytes by callbacks instead (edge_agent/target_leg.py). Half-close is kept: the end of one
+direction is passed on (EOF / END) while the other keeps flowing. The pump ends when both
+directions have ended, when either breaks (the other is cancelled), or after ``idle_timeout_s``
+without a byte either way. It never closes anything itself: the caller decides, from the
+`PumpResult`, how to end the stream and the connection.
 """
 
 from __future__ import annotations

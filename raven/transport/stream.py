@@ -92,6 +92,9 @@ class ByteStream(Protocol):
 class StreamOpener(Protocol):
     """Opens streams to ``node``:``port`` at the edge."""
 
-    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> ByteStream:
-        """Raise :class:`StreamOpenError` when it cannot."""
+    async def open_stream(
+        self, node: str, port: int, *, timeout_s: float, data: bytes = b""
+    ) -> ByteStream:
+        """Raise :class:`StreamOpenError` when it cannot. ``data``: the stream's first bytes
+        (at most ``MAX_OPEN_DATA_BYTES``), sent with the open, before its answer."""
         ...

@@ -123,6 +123,8 @@ class Tunnel(asyncio.Protocol):
         self._write_paused = False
         self._wake_writers()
         self._flush_now()
+        for stream in list(self.streams.values()):
+            stream._window_opened()  # attached receivers paused on the tunnel go on
 
     def _wake_writers(self) -> None:
         resumed, self._write_resumed = self._write_resumed, None
@@ -131,18 +133,26 @@ class Tunnel(asyncio.Protocol):
 
     # ------------------------------------------------------------ public API
     @property
+    def write_paused(self) -> bool:
+        """The transport is over its high-water mark (stream writers wait)."""
+        return self._write_paused and not self.closed.done()
+
+    @property
     def draining(self) -> bool:
         """GOAWAY sent or received (the connection's lifecycle state)."""
         return self.conn.draining
 
-    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> TunnelStream:
-        """Open a stream to ``node``:``port`` through this tunnel."""
+    async def open_stream(
+        self, node: str, port: int, *, timeout_s: float, data: bytes = b""
+    ) -> TunnelStream:
+        """Open a stream to ``node``:``port`` through this tunnel; ``data`` (at most
+        MAX_OPEN_DATA_BYTES) rides with the OPEN, before the answer."""
         if self.closed.done():
             raise StreamOpenError(OpenFailure.TUNNEL_CLOSED, "tunnel closed")
         if self.draining:
             raise StreamOpenError(OpenFailure.DRAINING, "tunnel draining")
         try:
-            stream_id = self.conn.open_stream(node, port)
+            stream_id = self.conn.open_stream(node, port, data)
         except LocalProtocolError as exc:
             raise StreamOpenError(OpenFailure.BUSY, str(exc)) from None
         stream = TunnelStream(self, stream_id, incoming=False)
@@ -218,7 +228,7 @@ class Tunnel(asyncio.Protocol):
         fn(self.conn)
         self._after_io()
 
-    def _send(self, stream_id: int, data: bytes) -> None:
+    def _send(self, stream_id: int, data: bytes | memoryview) -> None:
         self.conn.send_stream_data(stream_id, data)
         self._flush()
 

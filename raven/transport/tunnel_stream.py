@@ -4,13 +4,19 @@
 flows back only then), waits for send credit before writing, and turns the peer's resets
 into :class:`StreamResetError`. Its :class:`~raven.transport.tunnel.Tunnel` delivers the
 events (``_feed``, ``_abort``...) and carries its calls to the connection.
+
+Instead of awaiting ``read``/``write``, a relay may :meth:`TunnelStream.attach` a
+:class:`StreamReceiver`: the stream's bytes, end and reset then arrive as callbacks (credit
+flows back when the receiver calls :meth:`TunnelStream.consumed`), and it sends with
+:meth:`TunnelStream.send_nowait` (as much as the credit allows), told by ``stream_writable``
+when more may go.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from raven.protocol.codes import StreamCode
 from raven.transport.stream import StreamResetError
@@ -18,11 +24,31 @@ from raven.transport.stream import StreamResetError
 if TYPE_CHECKING:
     from raven.transport.tunnel import Tunnel
 
-__all__ = ["END_LINGER_S", "TunnelStream"]
+__all__ = ["END_LINGER_S", "StreamReceiver", "TunnelStream"]
 
 #: After we ended a stream whose peer has not ended yet and the application let go of it (a
 #: complete response), how long the peer has to send its END before the stream is reset.
 END_LINGER_S = 10.0
+
+
+class StreamReceiver(Protocol):
+    """Takes an attached stream's events as callbacks (see the module docstring)."""
+
+    def stream_data(self, data: bytes) -> None:
+        """Bytes from the peer; call ``consumed(len(data))`` once they are taken."""
+        ...
+
+    def stream_eof(self) -> None:
+        """The peer sent END."""
+        ...
+
+    def stream_reset(self, error: StreamResetError) -> None:
+        """The stream was reset (by the peer, the tunnel closing or a drain)."""
+        ...
+
+    def stream_writable(self) -> None:
+        """Send credit came back, or the tunnel's transport took its buffered bytes."""
+        ...
 
 
 class TunnelStream:
@@ -42,11 +68,15 @@ class TunnelStream:
         self._answered = not incoming
         self._linger: asyncio.TimerHandle | None = None
         self.opened: asyncio.Future[None] | None = None
+        self._receiver: StreamReceiver | None = None
 
     # ------------------------------------------------------------ events from the tunnel
     def _feed(self, data: bytes) -> None:
         if self._linger is not None:  # nobody reads any more: give the credit straight back
             self._tunnel._consumed(self.stream_id, len(data))
+            return
+        if self._receiver is not None:
+            self._receiver.stream_data(data)
             return
         self._chunks.append(data)
         self._readable.set()
@@ -54,6 +84,8 @@ class TunnelStream:
     def _feed_eof(self) -> None:
         self._eof = True
         self._readable.set()
+        if self._receiver is not None:
+            self._receiver.stream_eof()
 
     def _abort(self, code: StreamCode, reason: str) -> None:
         self._stop_linger()
@@ -61,9 +93,13 @@ class TunnelStream:
             self._reset = StreamResetError(code, reason)
         self._readable.set()
         self._writable.set()
+        if self._receiver is not None:
+            self._receiver.stream_reset(self._reset)
 
     def _window_opened(self) -> None:
         self._writable.set()
+        if self._receiver is not None:
+            self._receiver.stream_writable()
 
     def _finished(self) -> None:
         self._stop_linger()
@@ -88,6 +124,46 @@ class TunnelStream:
             self._closed = True
             self._tunnel._call(lambda c: c.refuse_stream(self.stream_id, code, reason))
             self._tunnel._forget(self.stream_id)
+
+    # ------------------------------------------------------------ callbacks (StreamReceiver)
+    def attach(self, receiver: StreamReceiver) -> None:
+        """Deliver this stream's events to ``receiver`` from now on, starting with what is
+        buffered (bytes, then the END or the reset)."""
+        self._receiver = receiver
+        while self._chunks and self._receiver is receiver:
+            receiver.stream_data(self._chunks.popleft())
+        if self._reset is not None:
+            receiver.stream_reset(self._reset)
+        elif self._eof:
+            receiver.stream_eof()
+
+    def consumed(self, size: int) -> None:
+        """An attached receiver took ``size`` bytes: their credit may flow back."""
+        if size and not self._closed and self._reset is None:
+            self._tunnel._consumed(self.stream_id, size)
+
+    @property
+    def send_blocked(self) -> bool:
+        """No credit, or the tunnel's transport is over its mark: wait for stream_writable."""
+        return self._tunnel.write_paused or self._tunnel.send_capacity(self.stream_id) <= 0
+
+    def send_nowait(self, data: bytes | memoryview) -> int:
+        """Send what the credit allows now; returns how many bytes of ``data`` went."""
+        if self._reset is not None:
+            raise self._reset
+        if self._closed or self._sent_eof:
+            raise StreamResetError(StreamCode.CANCELLED, "write after end of stream")
+        n = min(self._tunnel.send_capacity(self.stream_id), len(data))
+        if n > 0:
+            self._tunnel._send(self.stream_id, data if n == len(data) else data[:n])
+        return max(n, 0)
+
+    def end(self) -> None:
+        """Half-close now (END after the queued data); a no-op once ended or reset."""
+        if self._sent_eof or self._closed or self._reset is not None:
+            return
+        self._sent_eof = True
+        self._tunnel._call(lambda c: c.end_stream(self.stream_id))
 
     # ------------------------------------------------------------ ByteStream
     async def read(self, max_bytes: int = 65536) -> bytes:
@@ -134,10 +210,7 @@ class TunnelStream:
         return not tunnel.draining and len(tunnel.streams) * 2 <= tunnel.conn.limits.max_streams
 
     async def write_eof(self) -> None:
-        if self._sent_eof or self._closed or self._reset is not None:
-            return
-        self._sent_eof = True
-        self._tunnel._call(lambda c: c.end_stream(self.stream_id))
+        self.end()
 
     def reset(self, code: StreamCode, reason: str = "") -> None:
         if self._closed or self._reset is not None:

@@ -163,7 +163,9 @@ class FailingOpener:
     def __init__(self, reason: OpenFailure) -> None:
         self.reason = reason
 
-    async def open_stream(self, node: str, port: int, *, timeout_s: float) -> ByteStream:
+    async def open_stream(
+        self, node: str, port: int, *, timeout_s: float, data: bytes = b""
+    ) -> ByteStream:
         raise StreamOpenError(self.reason, f"{node}: simulated")
 
 

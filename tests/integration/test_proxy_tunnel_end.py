@@ -189,3 +189,29 @@ async def test_kept_stream_is_checked_again_for_each_request(site: Site) -> None
             assert refused.startswith(b"HTTP/1.1 404 ")
             writer.close()
             assert agent.conn.stats.streams_reset == {"target_reset": 1}
+
+
+async def test_requests_ride_with_open_no_data_frame_to_the_agent(site: Site) -> None:
+    """A new stream's request (head, and a small body already read) leaves inside the OPEN:
+    the agent receives no DATA frame for it; a body over 16 KiB follows as DATA."""
+    async with serve_app(target_app()) as port:
+        await site.start({NODE: "127.0.0.1"}, [port])
+        await wait_for(lambda: site.registry.agents_for(NODE))
+        _gateway, agent = tunnels(site)
+        received = agent.conn.stats.frames_received
+        async with running_proxy(site.registry) as (proxy, _r, base), aiohttp.ClientSession() as s:
+            host = {"Host": f"{NODE}:{port}", "Connection": "close"}
+            async with s.get(f"{base}/metrics", headers=host) as r:
+                assert r.status == 200 and await r.read() == METRICS
+            # head and body in one write: the proxy has the whole body when it opens
+            reader, writer = await asyncio.open_connection(*proxy.http_address)
+            head = b"POST /echo HTTP/1.1\r\nHost: %s:%d\r\n" % (NODE.encode(), port)
+            writer.write(head + b"Connection: close\r\nContent-Length: 10\r\n\r\nsmall body")
+            answer = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nsmall body")
+            assert received.get("open") == 2 and "data" not in received
+            big = b"b" * (64 * 1024)
+            async with s.post(f"{base}/echo", headers=host, data=big) as r:
+                assert r.status == 200 and await r.read() == big
+            assert received.get("open") == 3 and received.get("data", 0) >= 1
