@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from raven.heap import trim_heap_every
+
 log = logging.getLogger(__name__)
 
 #: How often a watched config file is checked (a Kubernetes ConfigMap volume is updated in
@@ -53,8 +55,10 @@ async def run_until_signalled(
     watch_interval_s: float = WATCH_INTERVAL_S,
 ) -> int:
     """Start ``service``, wait for SIGINT or SIGTERM, then stop it (its drain included).
-    ``reload`` runs on SIGHUP and, with ``watch``, whenever that file changes."""
+    ``reload`` runs on SIGHUP and, with ``watch``, whenever that file changes. Meanwhile
+    the heap is trimmed now and then (raven.heap)."""
     await service.start()
+    trimmer = asyncio.create_task(trim_heap_every())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -66,9 +70,10 @@ async def run_until_signalled(
             watcher = asyncio.create_task(watch_file(Path(watch), reload, watch_interval_s))
     await stop.wait()
     log.info("%s stopping", name)
-    if watcher is not None:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+    for task in (watcher, trimmer):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     await service.stop()
     return 0

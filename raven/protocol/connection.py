@@ -146,6 +146,12 @@ class TunnelConnection:
         stats.rehandshakes = channel.rehandshakes
         return stats
 
+    def trim(self) -> None:
+        """Release the memory an idle tunnel does not need: its AEAD objects (OpenSSL
+        contexts, ~2.4 KiB each), record scratch buffers and an empty output buffer. The
+        next record makes what it needs again (~1 us per AEAD object)."""
+        self._channel.trim()
+
     # ------------------------------------------------------------------ I/O
 
     def receive_data(self, data: bytes, now: float) -> None:

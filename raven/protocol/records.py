@@ -108,6 +108,11 @@ class OutputBuffer:
         with self.reserve(len(data)) as view:
             view[:] = data
 
+    def trim(self) -> None:
+        """Drop the buffer's memory when nothing is queued (an idle tunnel)."""
+        if not self._used:
+            self._buf = bytearray()
+
     def take(self) -> bytes:
         """All queued bytes (empty when none); the buffer is then empty."""
         used = self._used
@@ -170,6 +175,11 @@ class RecordSender:
             self.rekeys += 1
         return written + self._seal_type(RecordType.FRAMES, payload, out)
 
+    def trim(self) -> None:
+        """Release what an idle sender does not need: the AEAD object, the scratch buffer."""
+        self._cipher.release()
+        self._plain = memoryview(bytearray())
+
     def seal_control(self, kind: RecordType, payload: bytes, out: OutputBuffer) -> int:
         """Append one HANDSHAKE or SWITCH record (never preceded by a key update)."""
         return self._seal_type(kind, payload, out)
@@ -212,6 +222,11 @@ class RecordReceiver:
         #: the last HANDSHAKE or SWITCH record read: (type, payload), for the channel
         self.control: tuple[RecordType, bytes] | None = None
 
+    def trim(self) -> None:
+        """Release what an idle receiver does not need: the AEAD object, the scratch buffer."""
+        self._cipher.release()
+        self._scratch = memoryview(bytearray())
+
     def open(self, ciphertext: bytes | memoryview) -> bytes | None:
         """The frames payload of one record, or None for a key update or a HANDSHAKE /
         SWITCH record (then in :attr:`control`).
@@ -245,6 +260,17 @@ class RecordReceiver:
             self.control = (RecordType(kind), scratch[1:size].tobytes())
             return None
         raise RemoteProtocolError(f"unknown record type 0x{kind:02x}")
+
+
+def trim_idle(
+    sender: RecordSender | None, receiver: RecordReceiver | None, out: OutputBuffer
+) -> None:
+    """Release what an idle channel's record layer does not need (see each ``trim``)."""
+    out.trim()
+    if sender is not None:
+        sender.trim()
+    if receiver is not None:
+        receiver.trim()
 
 
 def split_messages(

@@ -7,15 +7,13 @@ of ``receive_data`` and goes in with :meth:`SecureChannel.seal`. Time is an argu
 Wire (docs/protocol-handshake.md)::
 
     initiator -> responder:  MAGIC "RVN2" || suite (1) || u16 len || message 1 (|| mac1 || mac2)
-    responder -> initiator:  u16 len || handshake message 2
-                             (under load: u16 len || cookie reply; the initiator then sends
-                             u16 len || a fresh message 1 with mac2, on the same connection)
+    responder -> initiator:  u16 len || message 2 (under load first a cookie reply, then
+                             a fresh message 1 with mac2 on the same connection)
     then, both ways:         u16 len || record ...
 
 Anything bad the peer sends raises :class:`~raven.protocol.errors.RemoteProtocolError`
-(:class:`~raven.protocol.errors.HandshakeRejected` during the handshake); the
-connection must then be closed. The input buffer never holds more than one
-partial message (at most 2 + 65535 bytes).
+(:class:`~raven.protocol.errors.HandshakeRejected` during the handshake); the connection must
+then be closed. The input buffer never holds more than one partial message (2 + 65535 bytes).
 """
 
 from __future__ import annotations
@@ -56,6 +54,7 @@ from raven.protocol.records import (
     RecordSender,
     RecordType,
     split_messages,
+    trim_idle,
 )
 from raven.protocol.suites import DEFAULT_SUITES, PREAMBLE_BYTES, ChannelSuites, Suite, preamble
 
@@ -231,6 +230,10 @@ class SecureChannel:
         """A handshake message (or cookie reply) with its length prefix."""
         self._queue(len(message).to_bytes(LENGTH_PREFIX_BYTES, "big"))
         self._queue(message)
+
+    def trim(self) -> None:
+        """Release what an idle channel does not need (AEAD objects, scratch, output)."""
+        trim_idle(self._sender, self._receiver, self._out)
 
     def data_to_send(self) -> bytes:
         """All queued wire bytes (empty when none)."""

@@ -87,6 +87,8 @@ class Tunnel(asyncio.Protocol):
         self._flush_scheduled = False
         #: set when the last stream is gone; made by wait_streams_done (drain) only
         self._no_streams: asyncio.Event | None = None
+        #: streams opened + datagrams moved, as of the last keepalive round trip
+        self._moved_at_pong = 0
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -249,6 +251,16 @@ class Tunnel(asyncio.Protocol):
                 self._write_resumed = asyncio.Event()
             await self._write_resumed.wait()
 
+    def _trim_if_quiet(self) -> None:
+        """A keepalive round trip with no stream open and no stream or datagram since the
+        last one: release what the idle connection does not need (TunnelConnection.trim).
+        A gateway holds thousands of such tunnels; a busy one is never trimmed."""
+        stats = self.conn.stats
+        moved = stats.streams_opened + stats.datagrams_sent + stats.datagrams_received
+        if not self.streams and moved == self._moved_at_pong:
+            self.conn.trim()
+        self._moved_at_pong = moved
+
     def _streams_done(self) -> None:
         done, self._no_streams = self._no_streams, None
         if done is not None:
@@ -361,6 +373,7 @@ class Tunnel(asyncio.Protocol):
                 self.handshake.set_result(event.remote_static)
         elif isinstance(event, ev.PongReceived):
             self.rtt_s = event.rtt_s
+            self._trim_if_quiet()
         elif isinstance(event, ev.ConnectionTerminated):
             self._terminate(event.code, event.reason, by_peer=event.by_peer, event=event)
             return

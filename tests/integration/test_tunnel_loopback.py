@@ -170,3 +170,24 @@ async def test_rehandshakes_under_traffic_do_not_disturb_a_stream(
     assert bytes(received) == bytes(sent)
     await stream.aclose()
     assert link.connects == 1 and not tunnel.closed.done()
+
+
+async def test_an_idle_tunnel_releases_its_aead_objects_and_still_serves(site: Site) -> None:
+    """After a keepalive round trip with nothing else on the tunnel, both ends drop their
+    AEAD objects (TunnelConnection.trim); the next stream works as before."""
+    port = echo_port(site)
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [port])
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    gateway_tunnel = site.registry.sessions["site-a"].tunnel
+
+    def released(tunnel: object) -> bool:
+        channel = tunnel.conn._channel  # type: ignore[attr-defined]
+        return channel._sender._cipher._aead is None and channel._receiver._cipher._aead is None
+
+    await wait_for(lambda: link.tunnel is not None and released(link.tunnel))
+    await wait_for(lambda: released(gateway_tunnel))
+    for _ in range(2):
+        stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
+        await stream.write(b"still there?")
+        assert await stream.read() == b"still there?"
+        await stream.aclose()

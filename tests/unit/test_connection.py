@@ -471,3 +471,27 @@ def test_rehandshake_from_a_key_removed_meanwhile_closes_the_tunnel() -> None:
     pump(agent, gateway, 60.0)
     terminated = [e for e in events(gateway) if isinstance(e, ConnectionTerminated)]
     assert terminated and terminated[0].code is CloseCode.AUTH_FAILED
+
+
+def test_trimmed_connections_keep_working_and_release_their_aead_objects() -> None:
+    """trim() between records (what the adapter does on a quiet keepalive) drops each
+    side's AEAD objects and buffers; the next record makes them again, on the same keys
+    and nonces, so the peer notices nothing."""
+    agent, gateway = connected()
+    for _ in range(3):
+        for conn in (agent, gateway):
+            conn.trim()
+            channel = conn._channel
+            assert channel._sender is not None and channel._receiver is not None
+            assert channel._sender._cipher._aead is None
+            assert channel._receiver._cipher._aead is None
+            assert channel.bytes_to_send == 0
+        sid = open_stream(agent, gateway)
+        agent.send_stream_data(sid, b"x" * 70_000)
+        pump(agent, gateway)
+        assert read_all(gateway, sid) == b"x" * 70_000
+        agent.end_stream(sid)
+        gateway.end_stream(sid)
+        pump(agent, gateway)
+        events(agent), events(gateway)
+    assert agent.open_streams == 0 and gateway.open_streams == 0

@@ -274,3 +274,25 @@ def test_second_message_any_bytes_parses_or_remote_error(pattern: str, data: byt
     responder.read_message(initiator.write_message(b""))
     with pytest.raises(RemoteProtocolError):
         initiator.read_message(data)  # every second message carries a MAC
+
+
+def test_a_released_cipher_state_makes_its_aead_again_with_the_same_key_and_nonce() -> None:
+    import os
+
+    from raven.protocol.noise_crypto import CipherState
+
+    key = os.urandom(32)
+    kept, released = CipherState(key), CipherState(key)
+    for i in range(4):
+        if i % 2:
+            released.release()
+        assert released.encrypt_with_ad(b"ad", b"hello") == kept.encrypt_with_ad(b"ad", b"hello")
+    kept.rekey()
+    released.release()
+    released.rekey()
+    assert released.encrypt_with_ad(b"", b"after rekey") == kept.encrypt_with_ad(
+        b"", b"after rekey"
+    )
+    empty = CipherState()
+    empty.release()
+    assert empty.encrypt_with_ad(b"", b"plain") == b"plain"  # no key: unchanged, as before
