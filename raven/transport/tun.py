@@ -198,13 +198,19 @@ class LinuxTun:
         self._on_packet = None
 
     def _readable(self) -> None:
-        """Read up to ``read_batch`` packets; the tunnels flush once when the batch ends."""
+        """Read up to ``read_batch`` packets. The first leaves at once (a lone packet is not
+        held for the read that finds the device empty); the tunnels flush the others once,
+        when the batch ends."""
         handler, buffer = self._on_packet, self._read_buffer
         if handler is None or buffer is None:
             return
         view = self._read_view
+        packet = self._read_one(buffer, view)
+        if not packet:
+            return
+        handler(packet)
         with SEND_BURST:
-            for _ in range(self._read_batch):
+            for _ in range(self._read_batch - 1):
                 packet = self._read_one(buffer, view)
                 if not packet:
                     return

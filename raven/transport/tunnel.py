@@ -295,6 +295,8 @@ class Tunnel(asyncio.Protocol):
                 if not data:
                     break
                 self.transport.write(data)
+                if not self.conn.has_data_to_send:
+                    break  # the common case: one round, no empty second pull
         finally:
             self._in_flush = False
         self._process_events()
