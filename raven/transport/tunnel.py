@@ -179,14 +179,15 @@ class Tunnel(asyncio.Protocol):
         self.conn.set_datagram_sink(handler)
 
     def send_datagram(self, data: bytes) -> bool:
-        """Queue one L3 packet; False when dropped. Never blocks. It leaves in this loop
-        turn: at once when nothing else is pending, else with what is (see send_burst)."""
+        """Queue one L3 packet; False when dropped. Never blocks. When nothing else is
+        pending it is sealed and written at once (no call_soon round); inside a TUN read batch
+        it waits for the batch's end (see send_burst); else it goes with the flush that is due."""
         if self.closed.done():
             return False
         if not self.conn.send_datagram(data):
             return False
         if self._flush_scheduled or self._receiving or self._in_flush or self._in_events:
-            self._flush()  # a flush is coming in this turn: the packet goes with it
+            self._flush()  # a flush is due (or running, or follows the receive): it goes with it
         elif SEND_BURST.defer(self._flush_now):
             self._flush_scheduled = True  # once per batch, at its end
         else:
