@@ -118,11 +118,12 @@ class GatewayApp:
                 authorised = [str(p) for p in session.agent.prefixes]
                 port = self.l3.attach(session.agent.name, authorised, tunnel.send_datagram)
                 self.l3.ports[tunnel] = port
-                self.listener.datagram_sinks[tunnel] = port.packet_from_agent
+                tunnel.on_datagram = port.packet_from_agent  # straight from the receive path
             port.set_routes(list(session.prefixes))
         else:
             port = self.l3.ports.pop(tunnel, None)
             if port is not None:
+                tunnel.on_datagram = None
                 port.detach()
 
     async def stop(self) -> None:

@@ -80,7 +80,6 @@ class TunnelListener:
         self.tunnels: set[Tunnel] = set()
         self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
-        self.datagram_sinks: dict[Tunnel, Callable[[bytes], None]] = {}
         #: serves agent-opened streams (None: they are refused)
         self.agent_stream_service: AgentStreamService | None = None
         self._server: asyncio.Server | None = None
@@ -172,10 +171,6 @@ class TunnelListener:
             session = self._sessions.get(tunnel)
             if session is not None:
                 self._check_registration(tunnel, session, event)
-        elif isinstance(event, ev.DatagramReceived):
-            sink = self.datagram_sinks.get(tunnel)
-            if sink is not None:
-                sink(event.data)
         elif isinstance(event, ev.PongReceived):
             session = self._sessions.get(tunnel)
             if session is not None:
@@ -239,7 +234,6 @@ class TunnelListener:
 
     def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
         self.tunnels.discard(tunnel)
-        self.datagram_sinks.pop(tunnel, None)
         check = self._checks.pop(tunnel, None)
         if check is not None:
             check.cancel()

@@ -75,7 +75,9 @@ def segment_tcp(packet: bytes, info: PacketInfo, max_payload: int) -> list[bytes
     return out
 
 
-def complete_checksum(packet: bytearray, start: int, offset: int, protocol: int) -> None:
+def complete_checksum(
+    packet: bytearray | memoryview, start: int, offset: int, protocol: int
+) -> None:
     """Finish a partial checksum (CHECKSUM_PARTIAL: the field holds the pseudo-header sum)."""
     field = start + offset
     if field + 2 > len(packet):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.cookie import CookieJar, CookieResponder
+from raven.protocol.datagram_path import DatagramSink
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import CookieReplied, Event, HandshakeCompleted
 from raven.protocol.handshake import ReplayGuard
@@ -286,6 +287,11 @@ class TunnelConnection:
 
     def send_datagram(self, data: bytes) -> bool:
         return self._mux.send_datagram(data)
+
+    def set_datagram_sink(self, sink: DatagramSink | None) -> None:
+        """Hand each received L3 packet to ``sink`` (called inside :meth:`receive_data`)
+        instead of queuing a DatagramReceived event; None restores the events."""
+        self._mux.datagrams.sink = sink
 
     def register(self, nodes: Iterable[str], prefixes: Iterable[str]) -> None:
         self._mux.register(nodes, prefixes)

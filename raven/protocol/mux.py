@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from raven.protocol.budget import ControlBudget
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES
+from raven.protocol.datagram_path import DatagramInbox, split_datagrams
 from raven.protocol.errors import LocalProtocolError
 from raven.protocol.event_queue import EventQueue
 from raven.protocol.events import (
     ConnectionTerminated,
-    DatagramReceived,
     Event,
     GoAwayReceived,
     PongReceived,
@@ -95,6 +95,8 @@ class Multiplexer:
         self._chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events = EventQueue()
+        #: received L3 packets: to ``datagrams.sink`` when set, else DatagramReceived events
+        self.datagrams = DatagramInbox(self._events, self.stats, limits.max_datagram_bytes)
         #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
         self._state = TunnelState.HANDSHAKING
         self._drain_deadline: float | None = None
@@ -383,6 +385,9 @@ class Multiplexer:
             return
         self._move(TunnelInput.RECV_FRAMES)
         self._keepalive.heard(now)
+        packets = split_datagrams(payload)  # the L3 fast path (DATAGRAM frames only)
+        if packets is not None:
+            return self.datagrams.receive_all(packets)
         received = self.stats.frames_received
         frames = parse_frames(payload)
         if len(frames) != 1 or type(frames[0]) is not DataFrame:
@@ -425,11 +430,7 @@ class Multiplexer:
         elif isinstance(frame, CreditFrame | EndFrame | ResetFrame | OpenResultFrame):
             self._on_stream_control(frame)
         elif isinstance(frame, DatagramFrame):
-            if len(frame.data) > self._limits.max_datagram_bytes:
-                self.stats.count_drop("oversize_received")
-                return
-            self.stats.datagrams_received += 1
-            self._events.append(DatagramReceived(frame.data))
+            self.datagrams.receive(frame.data)
         elif isinstance(frame, PingFrame):
             self._queue_peer_induced([encode_frame(PongFrame(frame.opaque))])
         elif isinstance(frame, PongFrame):

@@ -27,6 +27,7 @@ from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.errors import LocalProtocolError
+from raven.transport.send_burst import SEND_BURST
 from raven.transport.stream import OPEN_FAILURE_BY_CODE, OpenFailure, StreamOpenError
 from raven.transport.tunnel_stream import TunnelStream
 
@@ -66,6 +67,7 @@ class Tunnel(asyncio.Protocol):
         self.admit = admit
         self.name = name
         self.on_stream = on_stream
+        self._on_datagram: DatagramHandler | None = None
         self.on_datagram = on_datagram
         self.on_event = on_event
         self.loop = asyncio.get_running_loop()
@@ -84,6 +86,7 @@ class Tunnel(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flush = False
         self._in_events = False
+        self._receiving = False
         self._flush_scheduled = False
         #: set when the last stream is gone; made by wait_streams_done (drain) only
         self._no_streams: asyncio.Event | None = None
@@ -106,7 +109,11 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def data_received(self, data: bytes) -> None:
-        self.conn.receive_data(data, _now())
+        self._receiving = True  # datagram handlers run inside receive_data
+        try:
+            self.conn.receive_data(data, _now())
+        finally:
+            self._receiving = False
         self._after_io()
 
     def eof_received(self) -> bool | None:
@@ -172,13 +179,32 @@ class Tunnel(asyncio.Protocol):
             raise
         return stream
 
+    @property
+    def on_datagram(self) -> DatagramHandler | None:
+        """Receives each L3 packet, called straight from the receive path (no event);
+        while None, packets reach ``on_event`` as DatagramReceived events."""
+        return self._on_datagram
+
+    @on_datagram.setter
+    def on_datagram(self, handler: DatagramHandler | None) -> None:
+        self._on_datagram = handler
+        self.conn.set_datagram_sink(handler)
+
     def send_datagram(self, data: bytes) -> bool:
-        """Queue one L3 packet; False when dropped. Never blocks."""
+        """Queue one L3 packet; False when dropped. Never blocks. When nothing else is
+        pending it is sealed and written at once (no call_soon round); inside a TUN read batch
+        it waits for the batch's end (see send_burst); else it goes with the flush that is due."""
         if self.closed.done():
             return False
-        ok = self.conn.send_datagram(data)
-        self._flush()
-        return ok
+        if not self.conn.send_datagram(data):
+            return False
+        if self._flush_scheduled or self._receiving or self._in_flush or self._in_events:
+            self._flush()  # a flush is due (or running, or follows the receive): it goes with it
+        elif SEND_BURST.defer(self._flush_now):
+            self._flush_scheduled = True  # once per batch, at its end
+        else:
+            self._flush_now()
+        return True
 
     def send_capacity(self, stream_id: int) -> int:
         if self.closed.done():
@@ -269,7 +295,8 @@ class Tunnel(asyncio.Protocol):
     # ------------------------------------------------------------ the engine
     def _after_io(self) -> None:
         self._process_events()
-        self._flush()
+        if self.conn.has_data_to_send:  # a record that only brought data wants no write
+            self._flush()
         self._arm_timer()
 
     def _flush(self) -> None:
@@ -291,6 +318,8 @@ class Tunnel(asyncio.Protocol):
                 if not data:
                     break
                 self.transport.write(data)
+                if not self.conn.has_data_to_send:
+                    break  # the common case: one round, no empty second pull
         finally:
             self._in_flush = False
         self._process_events()

@@ -1,0 +1,119 @@
+"""Datagrams through two real Tunnels on loopback TCP: a lone datagram leaves in the same
+loop turn (no call_soon round), a burst (a TUN read batch) shares one record and one write,
+packets reach on_datagram straight from the receive path, and a handler may answer from
+inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from raven.protocol.events import DatagramReceived, Event
+from raven.transport.send_burst import SEND_BURST
+from raven.transport.tunnel import Tunnel
+from tests.helpers import wait_for
+from tests.unit.test_connection import make_agent, make_gateway
+
+
+class Pair:
+    def __init__(self) -> None:
+        self.agent_got: list[bytes] = []
+        self.gateway_got: list[bytes] = []
+        self.gateway_events: list[Event] = []
+        self.agent: Tunnel | None = None
+        self.gateway: Tunnel | None = None
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def serve() -> Tunnel:
+            self.gateway = Tunnel(
+                make_gateway(now=time.monotonic()), on_datagram=self.gateway_got.append
+            )
+            self.gateway.on_event = self.gateway_events.append
+            return self.gateway
+
+        self.server = await loop.create_server(serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        _, self.agent = await loop.create_connection(
+            lambda: Tunnel(make_agent(now=time.monotonic()), on_datagram=self.agent_got.append),
+            "127.0.0.1",
+            port,
+        )
+        await self.agent.handshake
+        await wait_for(lambda: self.gateway is not None)
+        await self.a_gateway.handshake
+
+    @property
+    def a_gateway(self) -> Tunnel:
+        assert self.gateway is not None
+        return self.gateway
+
+    @property
+    def an_agent(self) -> Tunnel:
+        assert self.agent is not None
+        return self.agent
+
+    async def close(self) -> None:
+        for tunnel in (self.agent, self.gateway):
+            if tunnel is not None:
+                await tunnel.aclose()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[Pair]:
+    p = Pair()
+    await p.start()
+    yield p
+    await p.close()
+
+
+def records_sent(tunnel: Tunnel) -> int:
+    return tunnel.conn.stats.records_sent
+
+
+async def test_a_lone_datagram_is_written_in_the_same_loop_turn(pair: Pair) -> None:
+    agent = pair.an_agent
+    before = records_sent(agent)
+    assert agent.send_datagram(b"\x45" + bytes(63))
+    # no await since: the record was sealed and handed to the transport already
+    assert records_sent(agent) == before + 1
+    assert not agent.conn.has_data_to_send
+    await wait_for(lambda: pair.gateway_got == [b"\x45" + bytes(63)])
+    assert not any(isinstance(e, DatagramReceived) for e in pair.gateway_events)
+
+
+async def test_a_burst_shares_one_record_written_when_it_ends(pair: Pair) -> None:
+    agent = pair.an_agent
+    before = records_sent(agent)
+    packets = [b"\x45" + bytes([i]) * 100 for i in range(20)]
+    with SEND_BURST:
+        for packet in packets:
+            assert agent.send_datagram(packet)
+        assert records_sent(agent) == before  # held until the batch ends
+    assert records_sent(agent) == before + 1
+    await wait_for(lambda: len(pair.gateway_got) == 20)
+    assert pair.gateway_got == packets
+
+
+async def test_a_handler_may_answer_from_the_receive_path(pair: Pair) -> None:
+    gateway = pair.a_gateway
+    gateway.on_datagram = lambda packet: gateway.send_datagram(b"\x45re:" + packet[1:])
+    for i in range(5):
+        pair.an_agent.send_datagram(b"\x45" + bytes([i]))
+    await wait_for(lambda: len(pair.agent_got) == 5)
+    assert pair.agent_got == [b"\x45re:" + bytes([i]) for i in range(5)]
+
+
+async def test_without_on_datagram_packets_are_events(pair: Pair) -> None:
+    pair.a_gateway.on_datagram = None
+    pair.an_agent.send_datagram(b"\x45event")
+    await wait_for(lambda: DatagramReceived(b"\x45event") in pair.gateway_events)
+    assert pair.gateway_got == []
