@@ -72,8 +72,7 @@ from raven.protocol.streams import (
 
 __all__ = ["Multiplexer", "TunnelStats"]
 
-#: Control bytes the peer may make us queue (PONGs, refusals, registration answers)
-#: before it must read them; beyond it the tunnel is closed (LIMIT_EXCEEDED).
+#: Queued control bytes (PONGs, refusals, answers) a peer may leave unread before LIMIT_EXCEEDED.
 MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
 
 _I = StreamInput
