@@ -14,12 +14,10 @@ from raven.protocol.errors import LocalProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
     DatagramReceived,
-    Event,
     HandshakeCompleted,
     PongReceived,
     RegistrationAnswered,
     RegistrationReceived,
-    StreamAccepted,
     StreamDataReceived,
     StreamOpened,
     StreamReset,
@@ -29,6 +27,7 @@ from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
 from raven.protocol.noise import generate_keypair
 from raven.protocol.suites import Suite, preamble
+from tests.helpers.sansio import events, open_stream, pump
 
 T0_NS = 1_790_000_000 * 10**9
 AGENT_PRIV, AGENT_PUB = generate_keypair()
@@ -65,42 +64,12 @@ def make_gateway(
     )
 
 
-def events(conn: TunnelConnection) -> list[Event]:
-    out: list[Event] = []
-    while (event := conn.next_event()) is not None:
-        out.append(event)
-    return out
-
-
-def pump(a: TunnelConnection, b: TunnelConnection, now: float = 0.0) -> None:
-    for _ in range(10_000):
-        x = a.data_to_send()
-        y = b.data_to_send()
-        if not x and not y:
-            return
-        if x:
-            b.receive_data(x, now)
-        if y:
-            a.receive_data(y, now)
-    raise AssertionError("pump did not settle")
-
-
 def connected(limits: Limits = LIMITS) -> tuple[TunnelConnection, TunnelConnection]:
     agent, gateway = make_agent(limits), make_gateway(limits)
     pump(agent, gateway)
     assert events(agent) == [HandshakeCompleted(GW_PUB)]
     assert events(gateway) == [HandshakeCompleted(AGENT_PUB)]
     return agent, gateway
-
-
-def open_stream(agent: TunnelConnection, gateway: TunnelConnection) -> int:
-    sid = gateway.open_stream("edge-gpu-1", 9400)
-    pump(agent, gateway)
-    assert events(agent) == [StreamOpened(sid, "edge-gpu-1", 9400)]
-    agent.accept_stream(sid)
-    pump(agent, gateway)
-    assert events(gateway)[0] == StreamAccepted(sid)
-    return sid
 
 
 def read_all(conn: TunnelConnection, sid: int) -> bytes:

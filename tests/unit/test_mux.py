@@ -44,6 +44,7 @@ from raven.protocol.frames import (
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer
 from raven.protocol.streams import StreamState
+from tests.helpers.sansio import events
 
 LIMITS = Limits(stream_window_bytes=64 * 1024, max_frame_payload_bytes=16 * 1024)
 
@@ -88,13 +89,6 @@ class Pair:
         assert events(self.agent) == []  # the opener's grant came with its OPEN
         assert self.agent.send_capacity(stream_id) > 0
         return stream_id
-
-
-def events(mux: Multiplexer) -> list[Event]:
-    out: list[Event] = []
-    while (event := mux.next_event()) is not None:
-        out.append(event)
-    return out
 
 
 def received(evs: list[Event], stream_id: int) -> bytes:

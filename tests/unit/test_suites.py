@@ -16,11 +16,8 @@ from raven.protocol.cookie import CookieResponder
 from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
 from raven.protocol.events import (
     ConnectionTerminated,
-    Event,
     HandshakeCompleted,
-    StreamAccepted,
     StreamDataReceived,
-    StreamOpened,
 )
 from raven.protocol.handshake import (
     INITIATION_BYTES,
@@ -46,6 +43,7 @@ from raven.protocol.suites import (
     protocol_name,
     suite_by_name,
 )
+from tests.helpers.sansio import events, open_stream, pump
 
 T0_NS = 1_790_000_000 * 10**9
 AGENT_PRIV, AGENT_PUB = generate_keypair()
@@ -173,35 +171,6 @@ def make_gateway(accepted: tuple[Suite, ...] = (CHACHA, AES)) -> TunnelConnectio
         authorize=lambda key: key == AGENT_PUB,
         suites=accepted,
     )
-
-
-def events(conn: TunnelConnection) -> list[Event]:
-    out: list[Event] = []
-    while (event := conn.next_event()) is not None:
-        out.append(event)
-    return out
-
-
-def pump(a: TunnelConnection, b: TunnelConnection, now: float = 0.0) -> None:
-    for _ in range(1000):
-        x, y = a.data_to_send(), b.data_to_send()
-        if not x and not y:
-            return
-        if x:
-            b.receive_data(x, now)
-        if y:
-            a.receive_data(y, now)
-    raise AssertionError("pump did not settle")
-
-
-def open_stream(agent: TunnelConnection, gateway: TunnelConnection) -> int:
-    sid = gateway.open_stream("edge-gpu-1", 9400)
-    pump(agent, gateway)
-    assert events(agent) == [StreamOpened(sid, "edge-gpu-1", 9400)]
-    agent.accept_stream(sid)
-    pump(agent, gateway)
-    assert events(gateway)[0] == StreamAccepted(sid)
-    return sid
 
 
 def exchange(agent: TunnelConnection, gateway: TunnelConnection, sid: int, tag: bytes) -> None:
