@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -46,6 +47,23 @@ async def watch_file(path: Path, on_change: Callable[[], None], interval_s: floa
             on_change()
 
 
+#: Allocations between two young-generation collections (Python's default: 700). Objects
+#: that live as long as one request are alive at a collection every few hundred allocations
+#: and get promoted, so the middle generation's collections grew to 4-15 ms under 1,000
+#: clients; with 10,000 most of them are gone before the next collection.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def freeze_startup_objects() -> None:
+    """Move every object alive once the service has started (modules, config, tables:
+    hundreds of thousands) out of the cyclic collector's way (``gc.freeze``). A full
+    collection walks every tracked object, and in a gateway serving 1,000 clients one took
+    ~65 ms with them, a pause every site's scrapes wait through; they are never garbage."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 async def run_until_signalled(
     service: Service,
     name: str,
@@ -58,6 +76,7 @@ async def run_until_signalled(
     ``reload`` runs on SIGHUP and, with ``watch``, whenever that file changes. Meanwhile
     the heap is trimmed now and then (raven.heap)."""
     await service.start()
+    freeze_startup_objects()
     trimmer = asyncio.create_task(trim_heap_every())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
