@@ -35,8 +35,8 @@ from bench.bench_soak import (  # noqa: E402
     Lab,
     Ports,
     busy,
-    gateway_counters,
     phase_stats,
+    print_gateway_counters,
     rss_mib,
     start,
     write_configs,
@@ -133,9 +133,7 @@ def report(results: dict[str, dict[str, object]], lab: Lab, args: argparse.Names
             f"| {kind}: {ATTACKS[kind]} | {cells[0]} | {cells[1]} | {outcomes} |"
             f" {w['scrapes']:.0f}, {w['success']:.2%} |"
         )
-    print("\n| gateway counter (non-zero) | value |\n|---|---|")
-    for key, v in sorted(gateway_counters(lab).items()):
-        print(f"| `{key}` | {v:,.0f} |")
+    print_gateway_counters(lab)
 
 
 def main() -> None:

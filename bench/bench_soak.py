@@ -330,6 +330,13 @@ def gateway_counters(lab: Lab) -> dict[str, float]:
     return out
 
 
+def print_gateway_counters(lab: Lab) -> None:
+    """The gateway's non-zero close, proxy-error and handshake counters as a Markdown table."""
+    print("\n| gateway counter (non-zero) | value |\n|---|---|")
+    for key, v in sorted(gateway_counters(lab).items()):
+        print(f"| `{key}` | {v:,.0f} |")
+
+
 def tunnels_down(lab: Lab, site: str) -> int:
     text = (lab.tmp / "gateway.log").read_text(errors="replace")
     return sum(
@@ -429,9 +436,7 @@ def report(lab: Lab, args: argparse.Namespace, phases: dict[str, dict[str, float
     print("\n| hostile rounds (client kind or agent attack, outcome) | count |\n|---|---|")
     for key, n in sorted(tally.hostile.items()):
         print(f"| {key} | {n:,} |")
-    print("\n| gateway counter (non-zero) | value |\n|---|---|")
-    for key, v in sorted(gateway_counters(lab).items()):
-        print(f"| `{key}` | {v:,.0f} |")
+    print_gateway_counters(lab)
     load1 = os.getloadavg()[0]
     print(f"\n{os.cpu_count()} CPUs, load average {load1:.1f} at the end.")
 
