@@ -128,7 +128,10 @@ def write_configs(tmp: Path, p: Ports) -> Lab:
     (tmp / "gateway.yaml").write_text(yaml.safe_dump({
         "private_key_file": str(tmp / "gw.key"), "tunnel_listen": f"127.0.0.1:{p.tunnel}",
         "admin_listen": f"127.0.0.1:{p.gw_admin}", "agents": agents,
-        "proxy": {"http_listen": f"127.0.0.1:{p.proxy}", "tls_listeners": []},
+        # tightened as docs/security.md says (to what this lab's clients run in parallel), so
+        # that the many-requests attackers meet the per-client limit
+        "proxy": {"http_listen": f"127.0.0.1:{p.proxy}", "tls_listeners": [],
+                  "max_requests_per_client": 64},
     }))  # fmt: skip
     for name, count, node in (("busy", BUSY_NODES, busy), ("watched", WATCHED_NODES, watched)):
         (tmp / f"{name}.yaml").write_text(yaml.safe_dump({
