@@ -4,6 +4,8 @@ an RST to the target on reset, and the first bytes riding with OPEN."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,15 +28,24 @@ def agent_leg(site: Site) -> TargetLeg:
     return leg
 
 
-async def start_target(handler: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-                       ) -> asyncio.Server:  # fmt: skip
-    """A target whose connection the test drives itself (handed over through ``handler``)."""
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+@contextlib.asynccontextmanager
+async def driven_target() -> AsyncIterator[tuple[asyncio.Server, asyncio.Future[Connection]]]:
+    """A target whose connection the test drives itself (handed over through the future),
+    closed at the end."""
+    conn: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
 
     def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not handler.done():  # a plain callback: no task behind the connection
-            handler.set_result((reader, writer))
+        if not conn.done():  # a plain callback: no task behind the connection
+            conn.set_result((reader, writer))
 
-    return await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server, conn
+    finally:
+        server.close()
 
 
 async def open_to(site: Site, server: asyncio.Server, data: bytes = b"") -> TunnelStream:
@@ -45,10 +56,7 @@ async def open_to(site: Site, server: asyncio.Server, data: bytes = b"") -> Tunn
 
 
 async def test_slow_target_reader_holds_the_gateway_back(site: Site) -> None:
-    conn: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-    conn = asyncio.get_running_loop().create_future()
-    server = await start_target(conn)
-    try:
+    async with driven_target() as (server, conn):
         stream = await open_to(site, server)
         await conn  # the target never reads
         window = LIMITS.stream_window_bytes
@@ -63,15 +71,10 @@ async def test_slow_target_reader_holds_the_gateway_back(site: Site) -> None:
         assert not writer.done()
         writer.cancel()
         stream.reset(StreamCode.CANCELLED, "test over")
-    finally:
-        server.close()
 
 
 async def test_slow_gateway_reader_pauses_the_target_read(site: Site) -> None:
-    conn: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-    conn = asyncio.get_running_loop().create_future()
-    server = await start_target(conn)
-    try:
+    async with driven_target() as (server, conn):
         stream = await open_to(site, server)
         _, target = await conn
 
@@ -95,15 +98,10 @@ async def test_slow_gateway_reader_pauses_the_target_read(site: Site) -> None:
         feeder.cancel()
         stream.reset(StreamCode.CANCELLED, "test over")
         target.close()
-    finally:
-        server.close()
 
 
 async def test_reset_by_the_gateway_aborts_the_target_with_rst(site: Site) -> None:
-    conn: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-    conn = asyncio.get_running_loop().create_future()
-    server = await start_target(conn)
-    try:
+    async with driven_target() as (server, conn):
         stream = await open_to(site, server, data=b"hello")
         reader, writer = await conn
         assert await reader.readexactly(5) == b"hello"
@@ -115,8 +113,6 @@ async def test_reset_by_the_gateway_aborts_the_target_with_rst(site: Site) -> No
         assert rest is None, "the target saw a clean close, not an RST"
         await wait_for(lambda: not site.relays[0].active, "the relay to let go")
         writer.close()
-    finally:
-        server.close()
 
 
 async def test_request_rides_with_open_no_data_frame_needed(site: Site) -> None:
@@ -140,10 +136,7 @@ async def test_request_rides_with_open_no_data_frame_needed(site: Site) -> None:
 
 
 async def test_half_close_both_ways_through_the_callback_relay(site: Site) -> None:
-    conn: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-    conn = asyncio.get_running_loop().create_future()
-    server = await start_target(conn)
-    try:
+    async with driven_target() as (server, conn):
         stream = await open_to(site, server, data=b"request")
         reader, writer = await conn
         await stream.write_eof()
@@ -156,15 +149,10 @@ async def test_half_close_both_ways_through_the_callback_relay(site: Site) -> No
         assert got == b"answer after the request ended"
         await wait_for(lambda: not site.relays[0].active, "the relay to end")
         writer.close()
-    finally:
-        server.close()
 
 
 async def test_target_breaking_resets_the_stream_and_the_relay_holds_no_task(site: Site) -> None:
-    conn: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-    conn = asyncio.get_running_loop().create_future()
-    server = await start_target(conn)
-    try:
+    async with driven_target() as (server, conn):
         stream = await open_to(site, server, data=b"GET / HTTP/1.1\r\n\r\n")
         _, target = await conn
         (link,) = site.links
@@ -177,8 +165,6 @@ async def test_target_breaking_resets_the_stream_and_the_relay_holds_no_task(sit
             await stream.read()
         assert reset.value.code is StreamCode.TARGET_RESET
         await wait_for(lambda: not site.relays[0].active, "the relay to let go")
-    finally:
-        server.close()
 
 
 async def test_refused_opens_with_data_fail_as_without(site: Site) -> None:
