@@ -1,7 +1,7 @@
 """The agent's connection to a target, driven by callbacks: no tasks, no StreamReader copies.
 
 :class:`TargetLeg` is the ``asyncio.Protocol`` of the TCP connection to the target and the
-:class:`~raven.transport.tunnel_stream.StreamReceiver` of the tunnel stream it serves. Bytes go
+:class:`~raven.transport.stream.StreamReceiver` of the tunnel stream it serves. Bytes go
 straight from ``data_received`` into the stream and from the stream into the target transport,
 with flow control both ways:
 

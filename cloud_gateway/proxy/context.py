@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -10,6 +9,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
@@ -32,6 +32,18 @@ MAX_RESPONSE_HEAD_BYTES = 65536
 UNKNOWN_MODE = "unknown"
 
 
+class Closable(Protocol):
+    """An idle client connection, closed at once by a drain."""
+
+    def close(self) -> None: ...
+
+
+class HasPeer(Protocol):
+    """A transport (or a StreamWriter): where its peer is."""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
 @dataclass
 class ProxyContext:
     """What connection handlers share."""
@@ -40,7 +52,7 @@ class ProxyContext:
     config: ProxyConfig
     metrics: ProxyMetrics
     draining: bool = False
-    idle: set[asyncio.StreamWriter] = field(default_factory=set)
+    idle: set[Closable] = field(default_factory=set)
     #: requests in flight per client address and per node (entries dropped at zero)
     by_client: dict[str, int] = field(default_factory=dict)
     by_node: dict[str, int] = field(default_factory=dict)
@@ -140,16 +152,16 @@ def _give(counts: dict[str, int], key: str) -> None:
         del counts[key]
 
 
-def peer_host(writer: asyncio.StreamWriter) -> str:
+def peer_host(transport: HasPeer) -> str:
     """The client's address without the port (the key of per-client limits)."""
-    peer = writer.get_extra_info("peername")
+    peer = transport.get_extra_info("peername")
     if isinstance(peer, tuple) and peer:
         return str(peer[0])
     return "?"
 
 
-def peer_name(writer: asyncio.StreamWriter) -> str:
-    peer = writer.get_extra_info("peername")
+def peer_name(transport: HasPeer) -> str:
+    peer = transport.get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return "?"

@@ -7,8 +7,8 @@ A clean end closes both sides; any other end resets the stream and aborts the co
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from cloud_gateway.proxy.context import READ_BYTES, ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind
@@ -16,35 +16,36 @@ from cloud_gateway.proxy.target import Target
 from raven.logs import fields
 from raven.protocol.codes import StreamCode
 from raven.transport.pump import PumpEnd, PumpResult, pump
-from raven.transport.reset import abort_with_rst
 from raven.transport.stream import ByteStream, StreamResetError
+
+if TYPE_CHECKING:
+    from cloud_gateway.proxy.client_conn import ClientConnection
 
 log = logging.getLogger("cloud_gateway.proxy")
 
 
 async def relay(
     ctx: ProxyContext,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
+    client: ClientConnection,
     stream: ByteStream,
     *,
     early: bytes,
     target: Target,
-    peer: str,
 ) -> None:
     """Relay until done; ``early`` are client bytes already read (sent to the target first)."""
     result: PumpResult | None = None
+    peer = client.peer
     try:
-        result = await pump(stream, reader, writer, chunk_bytes=READ_BYTES, early=early,
+        result = await pump(stream, client, client, chunk_bytes=READ_BYTES, early=early,
                             idle_timeout_s=ctx.config.idle_timeout_s)  # fmt: skip
     finally:  # also when cancelled (shutdown): never leave the stream or the client open
         if result is not None and result.end is PumpEnd.DONE:
-            await stream.aclose()
-            writer.close()
+            stream.close()
+            client.close()
         else:
             stream.reset(StreamCode.CANCELLED, "relay ended")
-            await stream.aclose()
-            abort_with_rst(writer.transport)
+            stream.close()
+            client.abort()
     ctx.metrics.response_bytes.inc(result.to_socket_bytes)
     if result.end is PumpEnd.IDLE:
         log.debug("relay idle mode=%s node=%s peer=%s", target.mode.value, target.node, peer)

@@ -11,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from cloud_gateway.proxy.context import ProxyContext, peer_host, peer_name
-from cloud_gateway.proxy.errors import ErrorKind, ProxyError, error_response
+from cloud_gateway.proxy.client_conn import ClientConnection, ConnectionSlots
+from cloud_gateway.proxy.context import ProxyContext
 from cloud_gateway.proxy.http_conn import HttpConnection
 from cloud_gateway.proxy.metrics import ProxyMetrics
-from cloud_gateway.proxy.tls_conn import serve_tls
+from cloud_gateway.proxy.tls_conn import TlsConnection
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.hostport import parse_hostport
-from raven.transport.reset import abort_with_rst
 from raven.transport.stream import StreamOpener
 
 log = logging.getLogger("cloud_gateway.proxy")
@@ -31,8 +30,6 @@ log = logging.getLogger("cloud_gateway.proxy")
 #: Default bound on how long stop() waits for in-flight requests.
 DEFAULT_STOP_GRACE_S = 10.0
 _BACKLOG = 1024
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class ProxyServer:
@@ -45,8 +42,7 @@ class ProxyServer:
         self._servers: list[asyncio.Server] = []
         self._http_address: tuple[str, int] | None = None
         self._tls_addresses: list[tuple[str, int]] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(config.max_connections)
+        self._slots = ConnectionSlots(config.max_connections)
 
     @property
     def http_address(self) -> tuple[str, int]:
@@ -74,21 +70,23 @@ class ProxyServer:
         """What every connection shares (in-flight counts per client and node, drain flag)."""
         return self._ctx
 
+    @property
+    def connections(self) -> list[ClientConnection]:
+        """The client connections being served (not those waiting for a slot)."""
+        return list(self._slots.active)
+
     async def start(self) -> None:
         """Bind every listener; on failure nothing stays bound."""
-        config = self._ctx.config
+        config, ctx, slots = self._ctx.config, self._ctx, self._slots
         try:
-            server = await self._listen(config.http_listen, self._on_http)
+            server = await self._listen(config.http_listen, lambda: HttpConnection(ctx, slots))
             self._http_address = _bound(server)
             for listener in config.tls_listeners:
-                port = listener.target_port
 
-                async def on_tls(
-                    r: asyncio.StreamReader, w: asyncio.StreamWriter, port: int = port
-                ) -> None:
-                    await self._run(w, serve_tls(self._ctx, r, w, port))
+                def tls(port: int = listener.target_port) -> asyncio.Protocol:
+                    return TlsConnection(ctx, slots, port)
 
-                self._tls_addresses.append(_bound(await self._listen(listener.listen, on_tls)))
+                self._tls_addresses.append(_bound(await self._listen(listener.listen, tls)))
         except BaseException:
             for s in self._servers:
                 s.close()
@@ -100,91 +98,36 @@ class ProxyServer:
             ",".join(f"{h}:{p}" for h, p in self._tls_addresses) or "-",
         )
 
-    async def _listen(self, address: str, handler: Handler) -> asyncio.Server:
+    async def _listen(
+        self, address: str, factory: Callable[[], asyncio.Protocol]
+    ) -> asyncio.Server:
         host, port = parse_hostport(address)
-        server = await asyncio.start_server(handler, host, port, backlog=_BACKLOG)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(factory, host, port, backlog=_BACKLOG)
         self._servers.append(server)
         return server
 
     async def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
-        """Stop accepting; in-flight requests get ``grace_s`` to finish, then are cancelled."""
+        """Stop accepting; in-flight requests get ``grace_s`` to finish, then are cancelled;
+        then every connection still open is closed."""
         self._ctx.draining = True
         for server in self._servers:
             server.close()
-        for writer in list(self._ctx.idle):
-            writer.close()
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for conn in list(self._ctx.idle):
+            conn.close()
+        tasks = {c.task for c in self._slots.active if c.task is not None}
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
+        for conn in [*self._slots.active, *self._slots.waiting]:
+            conn.close()
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         self._servers.clear()
-
-    async def _on_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._run(writer, HttpConnection(self._ctx, reader, writer).run())
-
-    async def _run(self, writer: asyncio.StreamWriter, work: Awaitable[None]) -> None:
-        """Track the connection, bound concurrency, always close the socket."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        metrics = self._ctx.metrics
-        metrics.active_connections.inc()
-        acquired = False
-        try:
-            refusal = self._refusal_at_accept(peer_host(writer))
-            if refusal is not None:
-                self._ctx.record_error(refusal, "unknown", peer_name(writer))
-                abort_with_rst(writer.transport)
-                return
-            acquired = await self._acquire(writer)
-            if acquired:
-                await work
-        except Exception:
-            log.exception("proxy connection failed peer=%s", peer_name(writer))
-        except asyncio.CancelledError:
-            if not self._ctx.draining:
-                raise
-            # stop() cancelled this connection after its grace: it ends here. Re-raised, the
-            # cancellation would reach asyncio.start_server's done-callback, which Python 3.11
-            # reports as an unhandled error with a traceback.
-        finally:
-            if not acquired and asyncio.iscoroutine(work):
-                work.close()
-            if acquired:
-                self._slots.release()
-            metrics.active_connections.dec()
-            self._tasks.discard(task)
-            if not writer.is_closing():
-                writer.close()
-
-    def _refusal_at_accept(self, client: str) -> ProxyError | None:
-        """Why a new connection from ``client`` is reset before a byte is read, if it is."""
-        if not self._ctx.client_allowed(client):
-            return ProxyError(ErrorKind.CLIENT_NOT_ALLOWED, "outside proxy.allowed_clients")
-        if self._ctx.penalised(client):
-            limit = self._ctx.config.max_refusals_per_client_per_s
-            detail = f"more than {limit} refusals a second, Retry-After ignored"
-            return ProxyError(ErrorKind.CLIENT_PENALISED, detail)
-        return None
-
-    async def _acquire(self, writer: asyncio.StreamWriter) -> bool:
-        if not self._slots.locked():
-            await self._slots.acquire()
-            return True
-        try:
-            async with asyncio.timeout(self._ctx.config.header_timeout_s):
-                await self._slots.acquire()
-            return True
-        except TimeoutError:
-            exc = ProxyError(ErrorKind.BUSY, "too many client connections")
-            self._ctx.record_error(exc, "unknown", peer_name(writer))
-            writer.write(error_response(exc.kind, exc.detail, close=True))
-            return False
 
 
 def _bound(server: asyncio.Server) -> tuple[str, int]:

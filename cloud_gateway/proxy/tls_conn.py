@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from cloud_gateway.proxy.context import READ_BYTES, ProxyContext, peer_host, peer_name
+from cloud_gateway.proxy.client_conn import ClientConnection, ConnectionSlots
+from cloud_gateway.proxy.context import READ_BYTES, ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.exchange import open_target
 from cloud_gateway.proxy.relay import relay
@@ -22,18 +23,28 @@ from cloud_gateway.proxy.sni import (
     tls_alert,
 )
 from cloud_gateway.proxy.target import Mode, Target, check_node
-from raven.transport.reset import abort_with_rst
 
 _NAME_ERRORS = frozenset(
     {ErrorKind.UNKNOWN_NODE, ErrorKind.IP_LITERAL, ErrorKind.BAD_TARGET, ErrorKind.NO_AGENT}
 )
 
 
-async def _read_client_hello(reader: asyncio.StreamReader) -> tuple[str, bytes] | None:
+class TlsConnection(ClientConnection):
+    """One connection on a TLS listener: its one task reads the ClientHello, then relays."""
+
+    def __init__(self, ctx: ProxyContext, slots: ConnectionSlots, target_port: int) -> None:
+        super().__init__(ctx, slots)
+        self.target_port = target_port
+
+    def start(self) -> None:
+        self.spawn(serve_tls(self.ctx, self, self.target_port))
+
+
+async def _read_client_hello(conn: ClientConnection) -> tuple[str, bytes] | None:
     """(server name, bytes read) or None on EOF; raises ClientHelloError."""
     data = bytearray()
     while True:
-        chunk = await reader.read(READ_BYTES)
+        chunk = await conn.read(READ_BYTES)
         if not chunk:
             return None
         data += chunk
@@ -42,51 +53,41 @@ async def _read_client_hello(reader: asyncio.StreamReader) -> tuple[str, bytes] 
             return name, bytes(data)
 
 
-async def serve_tls(
-    ctx: ProxyContext,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    target_port: int,
-) -> None:
+async def serve_tls(ctx: ProxyContext, conn: ClientConnection, target_port: int) -> None:
     """Serve one TLS passthrough connection to ``<sni>:<target_port>``."""
     with contextlib.ExitStack() as slot:
-        await _serve_tls(ctx, reader, writer, target_port, slot)
+        await _serve_tls(ctx, conn, target_port, slot)
 
 
 async def _serve_tls(
-    ctx: ProxyContext,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    target_port: int,
-    slot: contextlib.ExitStack,
+    ctx: ProxyContext, conn: ClientConnection, target_port: int, slot: contextlib.ExitStack
 ) -> None:
-    peer = peer_name(writer)
     mode = Mode.TLS.value
     node = ""
     try:
         try:
             async with asyncio.timeout(ctx.config.header_timeout_s):
-                hello = await _read_client_hello(reader)
+                hello = await _read_client_hello(conn)
         except TimeoutError:
             detail = f"no ClientHello within {ctx.config.header_timeout_s:g}s"
             raise ProxyError(ErrorKind.HEADER_TIMEOUT, detail) from None
         if hello is None:
-            writer.close()
+            conn.close()
             return
         sni, data = hello
         node = check_node(sni)
         target = Target(Mode.TLS, node, target_port)
-        slot.enter_context(ctx.admit(peer_host(writer), node))
+        slot.enter_context(ctx.admit(conn.client, node))
         stream = await open_target(ctx, target, ctx.config.default_timeout_s)
     except ProxyError as exc:
-        ctx.record_error(exc, mode, peer, node)
+        ctx.record_error(exc, mode, conn.peer, node)
         alert = ALERT_UNRECOGNIZED_NAME if exc.kind in _NAME_ERRORS else ALERT_HANDSHAKE_FAILURE
-        if exc.kind is not ErrorKind.HEADER_TIMEOUT and not writer.is_closing():
-            writer.write(tls_alert(alert))
-        writer.close()
+        if exc.kind is not ErrorKind.HEADER_TIMEOUT and not conn.is_closing():
+            conn.write(tls_alert(alert))
+        conn.close()
         return
     except OSError:
-        abort_with_rst(writer.transport)
+        conn.abort()
         return
     ctx.metrics.request(mode, 200)
-    await relay(ctx, reader, writer, stream, early=data, target=target, peer=peer)
+    await relay(ctx, conn, stream, early=data, target=target)

@@ -21,6 +21,7 @@ from raven.transport.stream import (
     ByteStream,
     OpenFailure,
     StreamOpenError,
+    StreamReceiver,
     StreamResetError,
 )
 
@@ -47,21 +48,34 @@ class _Protocol(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._drain: asyncio.Future[None] | None = None
         self._write_paused = False
+        self.receiver: StreamReceiver | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
         self.queued += len(data)
         if self.queued > self.HIGH_WATER_BYTES and self.transport is not None:
             self.transport.pause_reading()
             self.paused_reading = True
+        if self.receiver is not None:
+            self.receiver.stream_data(data)
+            return
+        self.chunks.append(data)
         self._wake()
+
+    def consumed(self, size: int) -> None:
+        self.queued -= size
+        if self.paused_reading and self.queued < self.LOW_WATER_BYTES:
+            self.paused_reading = False
+            if self.transport is not None and not self.lost:
+                self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         self.eof = True
         self._wake()
+        if self.receiver is not None:
+            self.receiver.stream_eof()
         return True  # keep our sending side open (half-close)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -70,6 +84,14 @@ class _Protocol(asyncio.Protocol):
         self._wake()
         self._write_paused = False
         self._wake_drain()
+        receiver, self.receiver = self.receiver, None
+        if receiver is None:
+            return
+        if exc is not None:
+            detail = str(exc) or type(exc).__name__
+            receiver.stream_reset(StreamResetError(StreamCode.TARGET_RESET, detail))
+        elif not self.eof:
+            receiver.stream_eof()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -77,6 +99,8 @@ class _Protocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._write_paused = False
         self._wake_drain()
+        if self.receiver is not None:
+            self.receiver.stream_writable()
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -124,10 +148,7 @@ class DirectStream:
                 if len(data) > max_bytes:
                     proto.chunks.appendleft(data[max_bytes:])
                     data = data[:max_bytes]
-                proto.queued -= len(data)
-                if proto.paused_reading and proto.queued < proto.LOW_WATER_BYTES:
-                    proto.paused_reading = False
-                    self._transport.resume_reading()
+                proto.consumed(len(data))
                 return data
             if proto.eof:
                 return b""
@@ -147,6 +168,26 @@ class DirectStream:
         if self._proto.lost and self._proto.error is not None:
             raise self._broken()
 
+    def attach(self, receiver: StreamReceiver) -> None:
+        proto = self._proto
+        proto.receiver = receiver
+        while proto.chunks and proto.receiver is receiver:
+            receiver.stream_data(proto.chunks.popleft())
+        if proto.receiver is not receiver:
+            return
+        if self._reset is not None:
+            receiver.stream_reset(self._reset)
+        elif proto.eof or (proto.lost and proto.error is None):
+            receiver.stream_eof()
+        elif proto.lost:
+            receiver.stream_reset(self._broken())
+
+    def detach(self) -> None:
+        self._proto.receiver = None
+
+    def consumed(self, size: int) -> None:
+        self._proto.consumed(size)
+
     def reusable(self) -> bool:
         proto = self._proto
         idle = not proto.chunks and not proto.eof and not proto.lost
@@ -157,18 +198,28 @@ class DirectStream:
             raise self._reset
         if self._eof_written:
             return
-        self._eof_written = True
         if self._proto.lost:
+            self._eof_written = True
             raise self._broken()
+        self.end()
+
+    def end(self) -> None:
+        if self._eof_written or self._reset is not None or self._proto.lost:
+            return
+        self._eof_written = True
         if self._transport.can_write_eof():
             self._transport.write_eof()
 
     def reset(self, code: StreamCode, reason: str = "") -> None:
+        self._proto.receiver = None  # our own reset: nothing more to deliver
         if self._reset is None:
             self._reset = StreamResetError(code, reason)
         self._transport.abort()
 
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
         """Close without waiting: the response is complete, the socket flushes on its own."""
         if self._reset is not None:
             self._transport.abort()

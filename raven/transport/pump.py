@@ -14,11 +14,32 @@ import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from raven.transport.stream import ByteStream
 
 #: Called with each chunk of a direction (never with b"").
 ChunkHook = Callable[[bytes], None]
+
+
+class SocketReader(Protocol):
+    """The socket's receive side (an ``asyncio.StreamReader``, or the proxy's connection)."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class SocketWriter(Protocol):
+    """The socket's send side (an ``asyncio.StreamWriter``, or the proxy's connection)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def can_write_eof(self) -> bool: ...
+
+    def write_eof(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
 
 
 class PumpEnd(enum.Enum):
@@ -42,8 +63,8 @@ class _Pump:
     def __init__(
         self,
         stream: ByteStream,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        reader: SocketReader,
+        writer: SocketWriter,
         *,
         chunk_bytes: int,
         on_to_stream: ChunkHook | None,
@@ -92,8 +113,8 @@ class _Pump:
 
 async def pump(
     stream: ByteStream,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
+    reader: SocketReader,
+    writer: SocketWriter,
     *,
     chunk_bytes: int,
     idle_timeout_s: float | None = None,

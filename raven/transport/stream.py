@@ -60,8 +60,32 @@ class StreamResetError(Exception):
         self.reason = reason
 
 
+class StreamReceiver(Protocol):
+    """Takes an attached stream's events as callbacks (:meth:`ByteStream.attach`)."""
+
+    def stream_data(self, data: bytes) -> None:
+        """Bytes from the peer; call ``consumed(len(data))`` once they are taken."""
+        ...
+
+    def stream_eof(self) -> None:
+        """The peer ended its side (END, or EOF for a plain TCP stream)."""
+        ...
+
+    def stream_reset(self, error: StreamResetError) -> None:
+        """The stream was reset (by the peer, the tunnel closing or a drain)."""
+        ...
+
+    def stream_writable(self) -> None:
+        """Send credit came back, or the tunnel's transport took its buffered bytes."""
+        ...
+
+
 class ByteStream(Protocol):
-    """A bidirectional byte stream to one edge target."""
+    """A bidirectional byte stream to one edge target.
+
+    Read it with ``await read()``, or :meth:`attach` a :class:`StreamReceiver` and take its
+    bytes as callbacks (flow control: :meth:`consumed`) until :meth:`detach`.
+    """
 
     async def read(self, max_bytes: int = 65536) -> bytes:
         """Up to ``max_bytes``; ``b""`` on a clean end; :class:`StreamResetError` on abort."""
@@ -75,8 +99,24 @@ class ByteStream(Protocol):
         """Half-close: no more data from us."""
         ...
 
+    def end(self) -> None:
+        """Half-close now, without waiting (what ``write_eof`` does)."""
+        ...
+
     def reset(self, code: StreamCode, reason: str = "") -> None:
         """Abort both directions now."""
+        ...
+
+    def attach(self, receiver: StreamReceiver) -> None:
+        """Deliver bytes, END and reset to ``receiver`` from now on (what is buffered first)."""
+        ...
+
+    def detach(self) -> None:
+        """Stop delivering to the receiver: later bytes are buffered for ``read`` again."""
+        ...
+
+    def consumed(self, size: int) -> None:
+        """An attached receiver took ``size`` bytes: the peer may send that much more."""
         ...
 
     def reusable(self) -> bool:
@@ -86,6 +126,10 @@ class ByteStream(Protocol):
 
     async def aclose(self) -> None:
         """Release the stream (resets it if it did not end cleanly)."""
+        ...
+
+    def close(self) -> None:
+        """What ``aclose`` does, from a callback (it never waits)."""
         ...
 
 

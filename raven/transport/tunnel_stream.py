@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from raven.protocol.codes import StreamCode
-from raven.transport.stream import StreamResetError
+from raven.transport.stream import StreamReceiver, StreamResetError
 
 if TYPE_CHECKING:
     from raven.transport.tunnel import Tunnel
@@ -29,26 +29,6 @@ __all__ = ["END_LINGER_S", "StreamReceiver", "TunnelStream"]
 #: After we ended a stream whose peer has not ended yet and the application let go of it (a
 #: complete response), how long the peer has to send its END before the stream is reset.
 END_LINGER_S = 10.0
-
-
-class StreamReceiver(Protocol):
-    """Takes an attached stream's events as callbacks (see the module docstring)."""
-
-    def stream_data(self, data: bytes) -> None:
-        """Bytes from the peer; call ``consumed(len(data))`` once they are taken."""
-        ...
-
-    def stream_eof(self) -> None:
-        """The peer sent END."""
-        ...
-
-    def stream_reset(self, error: StreamResetError) -> None:
-        """The stream was reset (by the peer, the tunnel closing or a drain)."""
-        ...
-
-    def stream_writable(self) -> None:
-        """Send credit came back, or the tunnel's transport took its buffered bytes."""
-        ...
 
 
 class TunnelStream:
@@ -137,6 +117,11 @@ class TunnelStream:
         elif self._eof:
             receiver.stream_eof()
 
+    def detach(self) -> None:
+        """Back to ``read``: bytes that arrive from now on are buffered (a kept stream between
+        two requests; anything that arrives then makes it no longer reusable)."""
+        self._receiver = None
+
     def consumed(self, size: int) -> None:
         """An attached receiver took ``size`` bytes: their credit may flow back."""
         if size and not self._closed and self._reset is None:
@@ -222,6 +207,9 @@ class TunnelStream:
         self._tunnel._forget(self.stream_id)
 
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
         """Release the stream. Ended both ways: nothing to do. Ended by us only: the peer's
         END closes it (what it still sends is dropped), or a reset CANCELLED after
         `END_LINGER_S`. Not ended by us: reset CANCELLED now."""
