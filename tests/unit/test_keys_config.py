@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from raven import keys
-from raven.config import ConfigError, load_agent_config, load_gateway_config
+from raven.config.agent import load_agent_config
+from raven.config.gateway import load_gateway_config
+from raven.config.loader import ConfigError
 
 
 def test_keygen_and_pubkey_commands_round_trip() -> None:
