@@ -29,6 +29,7 @@ HEAVY = {
     "urllib.request", "email", "importlib.metadata", "zipfile", "tempfile", "ctypes.util",
     "cryptography.hazmat.primitives.serialization", "raven.config.gateway", "raven.kube",
     "edge_agent.backfill", "edge_agent.tun", "edge_agent.nodes_k8s",
+    "uvloop",  # event_loop: asyncio by default (docs/operations.md)
 }  # fmt: skip
 
 #: Writes the agent's modules and threads when it exits, then runs `raven agent` as the
