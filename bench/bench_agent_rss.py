@@ -5,8 +5,10 @@ Kubernetes, no L3, no GPU exporter: the plain agent). The agent's RSS (VmRSS of
 /proc/<pid>/status) is read once its /readyz answers 200, then again after ``--settle-s``.
 Prints Markdown.
 
-Usage: python bench/bench_agent_rss.py [--settle-s 2] [--root DIR]
-``--root`` runs the code of another checkout (e.g. a ``git worktree`` of an older commit).
+Usage: python bench/bench_agent_rss.py [--settle-s 2] [--root DIR] [--runs N]
+                                       [--event-loop uvloop|asyncio]
+``--root`` runs the code of another checkout (e.g. a ``git worktree`` of an older commit);
+``--event-loop`` sets the agent's ``event_loop`` (left out: the config's default).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0)
     raise SystemExit(f"{url} not ready after {timeout_s}s")
 
 
-def write_configs(tmp: Path) -> tuple[Path, Path, int]:
+def write_configs(tmp: Path, event_loop: str | None = None) -> tuple[Path, Path, int]:
     from raven import keys
 
     gw_priv, ag_priv = keys.generate_private_key(), keys.generate_private_key()
@@ -71,21 +73,19 @@ def write_configs(tmp: Path) -> tuple[Path, Path, int]:
         "allowed_ports": [9400],
         "admin_listen": f"127.0.0.1:{agent_admin}",
     }
+    if event_loop is not None:
+        agent["event_loop"] = event_loop
     (tmp / "gateway.yaml").write_text(yaml.safe_dump(gateway))
     (tmp / "agent.yaml").write_text(yaml.safe_dump(agent))
     return tmp / "gateway.yaml", tmp / "agent.yaml", agent_admin
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--settle-s", type=float, default=2.0)
-    parser.add_argument("--root", type=Path, default=ROOT)
-    args = parser.parse_args()
-    root = args.root.resolve()
+def measure(root: Path, settle_s: float, event_loop: str | None) -> tuple[int, int]:
+    """(RSS once ready, RSS after ``settle_s``) of one agent, in KiB."""
     env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'coredns-hosts'}"}
     cmd = [sys.executable, "-c", "import sys; from raven.cli import main; sys.exit(main())"]
     with tempfile.TemporaryDirectory() as tmp_dir:
-        gw_cfg, ag_cfg, admin_port = write_configs(Path(tmp_dir))
+        gw_cfg, ag_cfg, admin_port = write_configs(Path(tmp_dir), event_loop)
         procs: list[subprocess.Popen[bytes]] = []
         try:
             for name, cfg in (("gateway", gw_cfg), ("agent", ag_cfg)):
@@ -95,16 +95,29 @@ def main() -> None:
             agent = procs[1]
             wait_ready(f"http://127.0.0.1:{admin_port}/readyz", agent)
             at_ready = vm_rss_kib(agent.pid)
-            time.sleep(args.settle_s)
-            settled = vm_rss_kib(agent.pid)
+            time.sleep(settle_s)
+            return at_ready, vm_rss_kib(agent.pid)
         finally:
             for proc in procs:
                 proc.terminate()
             for proc in procs:
                 proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settle-s", type=float, default=2.0)
+    parser.add_argument("--root", type=Path, default=ROOT)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default=None)
+    args = parser.parse_args()
+    root = args.root.resolve()
+    label = root.name + (f", {args.event_loop}" if args.event_loop else "")
     print("| agent RSS | once ready | after settle |")
     print("|---|---|---|")
-    print(f"| `raven agent` ({root.name}) | {at_ready / 1024:.1f} MiB | {settled / 1024:.1f} MiB |")
+    for _ in range(args.runs):
+        at_ready, settled = measure(root, args.settle_s, args.event_loop)
+        print(f"| `raven agent` ({label}) | {at_ready / 1024:.1f} MiB | {settled / 1024:.1f} MiB |")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ Paths compared (each middle box its own process, so CPU is measured per box from
     nginx-ka: the same with upstream keep-alive (as Raven's agent since issue 12)
     gateway:  wrk -> raven ProxyServer over DirectOpener (DNS mode) -> target
     tunnel:   wrk -> `raven gateway` proxy ==tunnel==> `raven agent` -> target  (full path)
+    tunnel-asyncio: the same with the agent on the standard library's event loop
+              (``event_loop: asyncio``) instead of uvloop
 
 Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the middle
 processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
@@ -38,7 +40,7 @@ from tests.helpers import free_port  # noqa: E402
 
 NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
-ALL_PATHS = ("direct", "nginx", "nginx-ka", "gateway", "tunnel")
+ALL_PATHS = ("direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-asyncio")
 
 
 def metrics_page() -> bytes:
@@ -156,16 +158,19 @@ async def role_proxy(listen_port: int, target_port: int) -> None:
     await asyncio.Event().wait()
 
 
-def write_tunnel_configs(tmp: Path, target_port: int) -> tuple[Path, Path, int]:
+def write_tunnel_configs(
+    tmp: Path, target_port: int, event_loop: str | None = None
+) -> tuple[Path, Path, int]:
     from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
 
+    name = event_loop or "default"
     gw_key, agent_key = generate_private_key(), generate_private_key()
-    write_private_key_file(tmp / "gw.key", gw_key)
-    write_private_key_file(tmp / "agent.key", agent_key)
+    write_private_key_file(tmp / f"gw-{name}.key", gw_key)
+    write_private_key_file(tmp / f"agent-{name}.key", agent_key)
     proxy_port, tunnel_port = free_port(), free_port()
-    gw = tmp / "gateway.yaml"
+    gw = tmp / f"gateway-{name}.yaml"
     gw.write_text(
-        f"private_key_file: {tmp / 'gw.key'}\n"
+        f"private_key_file: {tmp / f'gw-{name}.key'}\n"
         f"tunnel_listen: 127.0.0.1:{tunnel_port}\n"
         f"admin_listen: 127.0.0.1:{free_port()}\n"
         "log: {level: warning}\n"
@@ -176,9 +181,10 @@ def write_tunnel_configs(tmp: Path, target_port: int) -> tuple[Path, Path, int]:
         f"  - name: bench-site\n    public_key: {encode_key(public_key(agent_key))}\n"
         f"    nodes: [{NODE}]\n"
     )
-    agent = tmp / "agent.yaml"
+    agent = tmp / f"agent-{name}.yaml"
     agent.write_text(
-        f"private_key_file: {tmp / 'agent.key'}\n"
+        (f"event_loop: {event_loop}\n" if event_loop else "")
+        + f"private_key_file: {tmp / f'agent-{name}.key'}\n"
         f"gateway: 127.0.0.1:{tunnel_port}\n"
         f"gateway_public_key: {encode_key(public_key(gw_key))}\n"
         f"admin_listen: 127.0.0.1:{free_port()}\n"
@@ -331,7 +337,7 @@ def main() -> int:
         print(f"missing {', '.join(missing)}: apt-get install -y wrk nginx", file=sys.stderr)
         return 2
     has_apps = (ROOT / "cloud_gateway/app.py").exists() and (ROOT / "edge_agent/app.py").exists()
-    paths = [p for p in args.paths if p != "tunnel" or has_apps]
+    paths = [p for p in args.paths if not p.startswith("tunnel") or has_apps]
     procs: list[subprocess.Popen[bytes]] = []
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="raven-bench-l7-") as tmp_name:
@@ -379,8 +385,10 @@ def main() -> int:
                 procs.append(gw)
                 wait_port(port)
                 setups["gateway"] = (f"http://127.0.0.1:{port}/metrics", host, [gw.pid])
-            if "tunnel" in paths:
-                gw_conf, agent_conf, port = write_tunnel_configs(tmp, target_port)
+            for path, event_loop in (("tunnel", None), ("tunnel-asyncio", "asyncio")):
+                if path not in paths:
+                    continue
+                gw_conf, agent_conf, port = write_tunnel_configs(tmp, target_port, event_loop)
                 cli = [sys.executable, "-m", "raven.cli"]
                 gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT)
                 procs.append(gateway)
@@ -388,11 +396,7 @@ def main() -> int:
                 agent = subprocess.Popen([*cli, "agent", "-c", str(agent_conf)], cwd=ROOT)
                 procs.append(agent)
                 wait_tunnel_up(port, target_port)
-                setups["tunnel"] = (
-                    f"http://127.0.0.1:{port}/metrics",
-                    host,
-                    [gateway.pid, agent.pid],
-                )
+                setups[path] = (f"http://127.0.0.1:{port}/metrics", host, [gateway.pid, agent.pid])
             for path in [p for p in ALL_PATHS if p in paths]:
                 url, host_header, pids = setups[path]
                 for conns in args.conns:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
-
 from edge_agent.dialer import Dialer, DialSettings, GatewayLink
 from edge_agent.relay import Relay
 from raven.admin import AdminRequest, AdminResponse, AdminServer
@@ -16,6 +14,7 @@ from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
 from raven.process_metrics import process_registry
+from raven.promclient import CollectorRegistry, Gauge
 from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel
 

@@ -15,9 +15,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
 from edge_agent.target_leg import TargetLeg
+from raven.promclient import CollectorRegistry, Counter, Gauge
 from raven.protocol.codes import StreamCode
 from raven.protocol.names import normalize_node_name
 from raven.transport.connect_errors import connect_failure

@@ -29,8 +29,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-
 from gpu_exporter.backend import GpuBackend, Snapshot
 from gpu_exporter.counters import Counter as CounterSpec
 from gpu_exporter.counters import MetricType
@@ -38,6 +36,7 @@ from gpu_exporter.exposition import ExpositionOptions, render
 from gpu_exporter.process_mapping import PodMapper
 from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.logs import fields
+from raven.promclient import CollectorRegistry, Counter, Gauge, Histogram, generate_text
 
 __all__ = ["CONTENT_TYPE", "GpuExporter", "SelfMetrics"]
 
@@ -250,7 +249,7 @@ class GpuExporter:
         """The body of a /metrics answer: the last good snapshot plus the self-metrics."""
         self.metrics.scrapes.inc()
         gpu = b"" if self._rendered is None else self._rendered.body
-        return gpu + generate_latest(self.metrics.registry)
+        return gpu + generate_text(self.metrics.registry)
 
     def health(self) -> tuple[bool, str]:
         """Alive: fewer than ``unhealthy_after`` failed or hung collections in a row."""

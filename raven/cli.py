@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import difflib
 import importlib
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -58,11 +57,17 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("auto", "console", "text", "json")
 
 
-def run_async(main: Coroutine[Any, Any, int]) -> int:
-    """Run ``main`` on uvloop when available."""
+def run_async(main: Coroutine[Any, Any, int], event_loop: str = "auto") -> int:
+    """Run ``main`` on ``event_loop``: ``uvloop``, ``asyncio`` (the standard library's) or
+    ``auto`` (uvloop when it is installed)."""
+    if event_loop == "asyncio":
+        return asyncio.run(main)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        if event_loop == "uvloop":
+            main.close()
+            raise
         return asyncio.run(main)
     return uvloop.run(main)
 
@@ -140,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = _chosen(args_list)
     names = [c.name for c in COMMANDS]
     if chosen is not None and chosen not in names:
+        import difflib  # only for a mistyped command
+
         close = difflib.get_close_matches(chosen, names, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         print(

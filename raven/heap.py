@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 from collections.abc import Callable
 
 #: How often every long-running process trims its heap (raven.service).
@@ -22,11 +21,10 @@ HEAP_TRIM_INTERVAL_S = 30.0
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    # the process's own symbols, the C library's among them: no ctypes.util.find_library,
+    # which runs `ldconfig -p` in a subprocess and imports tempfile, shutil and subprocess
     try:
-        fn = ctypes.CDLL(name).malloc_trim
+        fn = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_size_t]

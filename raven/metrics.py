@@ -8,8 +8,7 @@ RTT, datagram drops) is read at scrape time by `raven.tunnel_collector.TunnelCol
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-
+from raven.promclient import CollectorRegistry, Counter, Histogram
 from raven.tunnel_collector import LiveTunnel, TunnelCollector
 
 __all__ = ["LiveTunnel", "TunnelCollector", "TunnelMetrics"]

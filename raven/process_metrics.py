@@ -11,16 +11,16 @@ import os
 import platform
 from collections.abc import Iterator
 
-from prometheus_client import (
+from raven.promclient import (
+    Collector,
     CollectorRegistry,
+    GaugeMetricFamily,
+    Metric,
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
     enable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from raven.version import version
 
 #: Set to true to expose the ``_created`` series of counters and histograms.

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from raven.heap import trim_heap_every
+from raven.heap import trim_heap, trim_heap_every
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ async def run_until_signalled(
     the heap is trimmed now and then (raven.heap)."""
     await service.start()
     freeze_startup_objects()
+    trim_heap()  # what start-up freed (config parsing, imports) goes back now, not in 30 s
     trimmer = asyncio.create_task(trim_heap_every())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -21,9 +21,7 @@ from collections import Counter
 from collections.abc import Iterator, Sized
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from raven.promclient import Collector, CounterMetricFamily, GaugeMetricFamily, Metric
 from raven.protocol.scheduler import TunnelStats
 from raven.protocol.suites import Suite
 

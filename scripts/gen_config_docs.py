@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from raven.config import AgentConfig, GatewayConfig  # noqa: E402
+from raven.config.agent import AgentConfig  # noqa: E402
+from raven.config.gateway import GatewayConfig  # noqa: E402
 from raven.config.loader import describe  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "configuration.md"

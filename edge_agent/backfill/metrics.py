@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
 from edge_agent.backfill.learn import TargetTable
 from edge_agent.backfill.store import Totals
+from raven.promclient import CollectorRegistry, Counter, Gauge
 
 
 class BackfillMetrics:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-from prometheus_client import CollectorRegistry
 
 from edge_agent.backfill.exposition import ExpositionError, parse_exposition
 from edge_agent.backfill.learn import RequestSeen, RequestSniffer, Target, TargetTable
@@ -29,6 +28,7 @@ from edge_agent.backfill.store import BufferStore, Row, Totals
 from raven.backfill.wire import Batch, Scrape, encode_batch
 from raven.config.backfill import AgentBackfillConfig
 from raven.logthrottle import LogThrottle
+from raven.promclient import CollectorRegistry
 from raven.protocol.names import normalize_node_name
 from raven.transport.tunnel import Tunnel
 

@@ -18,10 +18,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry
-
 from raven.l3 import DropReason, IPNetwork, PrefixTable
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
+from raven.promclient import CollectorRegistry
 from raven.transport.tun import TunDevice
 from raven.transport.tun_path import TunPath
 

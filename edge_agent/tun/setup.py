@@ -11,11 +11,10 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
-
 from edge_agent.tun.forwarder import PathHandle, TunForwarder
 from raven.config.common import TunConfig
 from raven.l3 import IPNetwork
+from raven.promclient import CollectorRegistry
 from raven.transport.netconfig import NetConfig
 from raven.transport.tun import TunDevice
 from raven.transport.tun_setup import start_on_tun

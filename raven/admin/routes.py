@@ -17,11 +17,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
 from raven.admin.auth import bearer_matches
 from raven.logthrottle import LogThrottle
+from raven.promclient import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_text
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +108,7 @@ class AdminRoutes:
                 registry=registry,
             )
         self._log_throttle = LogThrottle(clock=time.monotonic)
-        self._exposition = exposition or (lambda: generate_latest(registry))
+        self._exposition = exposition or (lambda: generate_text(registry))
         self._metrics_content_type = metrics_content_type
         self._routes: dict[tuple[str, str], Route] = {}
         self._ready_checks: list[ReadyCheck] = []

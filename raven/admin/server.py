@@ -13,12 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
 from raven.admin.auth import read_token_file
 from raven.admin.routes import AdminRequest, AdminResponse, AdminRoutes, Handler, ReadyCheck
 from raven.hostport import parse_hostport
+from raven.promclient import CONTENT_TYPE_LATEST, CollectorRegistry
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,9 @@ def _agent(args: argparse.Namespace) -> int:
     from edge_agent.app import run_agent
     from raven.config.agent import load_agent_config
 
-    return _run_service(args, "agent", load_agent_config, run_agent)
+    return _run_service(
+        args, "agent", load_agent_config, run_agent, event_loop=lambda c: c.event_loop
+    )
 
 
 class _ServiceConfig(Protocol):
@@ -60,6 +62,8 @@ def _run_service(
     name: str,
     load: Callable[[str], _C],
     main: Callable[[_C], Coroutine[Any, Any, int]],
+    *,
+    event_loop: Callable[[_C], str] = lambda _: "auto",
 ) -> int:
     """Load the config (every problem at once, exit 2), set up logging, run until signalled."""
     from raven import keys
@@ -75,7 +79,7 @@ def _run_service(
         return EXIT_USAGE
     setup_logging(args.log_level or config.log.level, args.log_format or config.log.format)
     try:
-        return run_async(main(config))
+        return run_async(main(config), event_loop(config))
     except keys.KeyError_ as exc:
         print(f"raven {name}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,14 +1,6 @@
-"""Configuration: YAML files -> validated frozen dataclasses."""
+"""Configuration: YAML files -> validated frozen dataclasses.
 
-from raven.config.agent import AgentConfig, load_agent_config
-from raven.config.gateway import AuthorisedAgent, GatewayConfig, load_gateway_config
-from raven.config.loader import ConfigError
-
-__all__ = [
-    "AgentConfig",
-    "AuthorisedAgent",
-    "ConfigError",
-    "GatewayConfig",
-    "load_agent_config",
-    "load_gateway_config",
-]
+Import from the modules: raven.config.agent (AgentConfig, load_agent_config),
+raven.config.gateway (GatewayConfig, AuthorisedAgent, load_gateway_config), raven.config.loader
+(ConfigError). This package imports none of them, so an agent does not load the gateway's
+config classes (issue 12)."""

@@ -17,6 +17,8 @@ from raven.protocol.suites import Suite, suite_by_name
 
 #: ``cipher`` values besides the suite names.
 CIPHER_AUTO = "auto"
+#: ``event_loop`` values (raven.cli.run_async).
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
 
 @dataclass(frozen=True)
@@ -160,9 +162,18 @@ class AgentConfig:
         default_factory=AgentBackfillConfig,
     )
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
+    event_loop: str = doc(
+        "The asyncio event loop: `asyncio` (the standard library's), `uvloop` (libuv: ~2.5 MiB"
+        " more RSS, the same CPU per scrape within noise in bench/bench_l7.py) or `auto`"
+        " (uvloop where it is installed). docs/operations.md compares them.",
+        default="asyncio",
+    )
 
     def __post_init__(self) -> None:
         check_hostport("gateway", self.gateway)
+        if self.event_loop not in EVENT_LOOPS:
+            choices = ", ".join(EVENT_LOOPS)
+            raise ValueError(f"event_loop: {self.event_loop!r} is not one of {choices}")
         check_hostport("admin_listen", self.admin_listen)
         try:
             decode_key(self.gateway_public_key)

@@ -8,7 +8,6 @@ and a test checks the document against the classes.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import types
 import typing
@@ -136,6 +135,8 @@ class _Collector:
 
     def _unknown(self, key: str, known: list[str], where: str) -> None:
         path = f"{where}.{key}" if where else key
+        import difflib  # only for a misspelt key
+
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(known)}"
         self.problem(path, f"unknown field; {hint}", value=False)

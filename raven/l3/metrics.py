@@ -13,11 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from raven.l3.drops import DropReason
+from raven.promclient import Collector, CollectorRegistry, CounterMetricFamily, Metric
 
 TO_AGENT = "to_agent"
 FROM_AGENT = "from_agent"

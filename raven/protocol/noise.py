@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from raven.protocol.constants import NOISE_MAX_MESSAGE_BYTES, TAG_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
@@ -290,7 +289,7 @@ class HandshakeState:
                     self._fixed_e = None
                 else:
                     self._e = X25519PrivateKey.generate()
-                self._e_pub = self._e.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+                self._e_pub = self._e.public_key().public_bytes_raw()
                 out += self._e_pub
                 ss.mix_hash(self._e_pub)
                 if self._psk_mode:

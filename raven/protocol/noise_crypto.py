@@ -15,7 +15,6 @@ import struct
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, TAG_BYTES
@@ -44,14 +43,14 @@ _ZEROS32 = bytes(32)
 
 def public_key(private: bytes) -> bytes:
     """The X25519 public key of a 32-byte private key."""
-    return private_key(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return private_key(private).public_key().public_bytes_raw()
 
 
 def generate_keypair() -> tuple[bytes, bytes]:
     """A fresh ``(private, public)`` X25519 key pair from the OS CSPRNG."""
     key = X25519PrivateKey.generate()
     private = key.private_bytes_raw()
-    return private, key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return private, key.public_key().public_bytes_raw()
 
 
 def private_key(private: bytes) -> X25519PrivateKey:

@@ -11,7 +11,8 @@ import pytest
 
 from raven import keys
 from raven.commands.check_config import check_file, guess_kind
-from raven.config import ConfigError, load_gateway_config
+from raven.config.gateway import load_gateway_config
+from raven.config.loader import ConfigError
 from raven.config.source import parse_document
 
 PUB = keys.encode_key(keys.public_key(keys.generate_private_key()))

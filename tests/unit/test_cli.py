@@ -4,12 +4,15 @@ flag, documented exit codes."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
 import sys
 
-from raven.cli import COMMANDS, build_parser
+import pytest
+
+from raven.cli import COMMANDS, build_parser, run_async
 from raven.version import version
 
 
@@ -105,3 +108,16 @@ def test_a_bad_environment_variable_is_named_by_its_own_subcommand() -> None:
     assert "'30s' is not a positive number of milliseconds" in proc.stderr
     assert "DCGM_EXPORTER_INTERVAL" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("event_loop", "module"), [("asyncio", "asyncio"), ("uvloop", "uvloop"), ("auto", "uvloop")]
+)
+def test_run_async_runs_on_the_chosen_event_loop(event_loop: str, module: str) -> None:
+    async def loop_module() -> str:
+        return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+    async def main() -> int:
+        return 0 if await loop_module() == module else 1
+
+    assert run_async(main(), event_loop) == 0

@@ -26,8 +26,9 @@ from compose_spec import PyCompose
 
 from raven import keys
 from raven.cli import build_parser
-from raven.config import load_agent_config, load_gateway_config
+from raven.config.agent import load_agent_config
 from raven.config.common import parse_hostport
+from raven.config.gateway import load_gateway_config
 from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 from types import ModuleType
 
-from raven.config import AgentConfig, GatewayConfig
+from raven.config.agent import AgentConfig
+from raven.config.gateway import GatewayConfig
 from raven.config.loader import describe
 from tests.helpers import load_script
 

@@ -22,8 +22,9 @@ import yaml
 
 from raven import keys
 from raven.cli import build_parser
-from raven.config import load_agent_config, load_gateway_config
+from raven.config.agent import load_agent_config
 from raven.config.common import parse_hostport
+from raven.config.gateway import load_gateway_config
 from tests.unit.test_deploy_common import (
     ROOT,
     check_workloads,

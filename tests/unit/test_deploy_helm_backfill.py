@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from raven.commands.check_config import check_file
-from raven.config import load_agent_config, load_gateway_config
+from raven.config.agent import load_agent_config
 from raven.config.backfill import BackfillJob
+from raven.config.gateway import load_gateway_config
 from tests.unit.test_deploy_common import ROOT, container, find, pod_spec
 from tests.unit.test_deploy_helm import (
     CHART,

@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from raven import keys
-from raven.config import ConfigError, load_agent_config, load_gateway_config
+from raven.config.agent import load_agent_config
+from raven.config.gateway import load_gateway_config
+from raven.config.loader import ConfigError
 
 
 def test_keygen_and_pubkey_commands_round_trip() -> None:
@@ -115,7 +117,9 @@ def test_agent_config_validation(tmp_path: Path) -> None:
             "nodes": {"edge-gpu-1": "192.168.1.10"}}  # fmt: skip
     cfg = load_agent_config(write(tmp_path, base))
     assert cfg.allowed_ports == [9400, 9100, 10250, 10255]
+    assert cfg.event_loop == "asyncio"
     for bad, msg in [
+        ({"event_loop": "trio"}, "event_loop: 'trio' is not one of auto, uvloop, asyncio"),
         ({"nodes": {"bad_name!": "1.2.3.4"}}, "not a valid node name"),
         ({"nodes": {"10.0.0.1": "1.2.3.4"}}, "not a valid node name"),
         ({"allowed_ports": [0]}, "not a port"),

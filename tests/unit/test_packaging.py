@@ -9,6 +9,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from raven.version import version
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,6 +42,7 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path: Path) -> None:
     assert "gpu_exporter/default-counters.csv" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "Name: raven-edge" in metadata
+    assert f"Version: {version()}\n" in metadata  # read from raven/version.py
     assert "License-Expression: Apache-2.0" in metadata
     assert "raven = raven.cli:main" in entry_points
     with tarfile.open(sdists[0]) as sdist:

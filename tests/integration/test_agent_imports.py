@@ -1,0 +1,92 @@
+"""A plain `raven agent` (no Kubernetes, no L3, no GPU exporter, no backfill) loads only what
+it uses: its RSS is mostly the modules it imports (issue 12), so this guards the RSS without
+measuring it. The agent runs as a real process; its sys.modules is read once it serves."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import KeyPair, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Never in a plain agent: another application's libraries, prometheus_client's HTTP servers
+#: and push client (its exposition module), the package metadata reader, PEM/SSH keys.
+HEAVY = {
+    "aiohttp", "kubernetes", "dns", "pynvml", "grpc", "cloud_gateway", "gpu_exporter",
+    "coredns_hosts", "prometheus_client.exposition", "http.server", "socketserver", "wsgiref",
+    "urllib.request", "email", "importlib.metadata", "zipfile", "tempfile", "ctypes.util",
+    "cryptography.hazmat.primitives.serialization", "raven.config.gateway", "raven.kube",
+    "edge_agent.backfill", "edge_agent.tun", "edge_agent.nodes_k8s",
+    "uvloop",  # event_loop: asyncio by default (docs/operations.md)
+}  # fmt: skip
+
+#: Writes the agent's modules and threads when it exits, then runs `raven agent` as the
+#: console script does.
+AGENT = """
+import atexit, json, sys, threading
+def dump():
+    with open(sys.argv[1], "w") as f:
+        json.dump({"modules": sorted(sys.modules),
+                   "threads": [t.name for t in threading.enumerate()]}, f)
+atexit.register(dump)
+from raven.cli import main
+sys.exit(main(["agent", "-c", sys.argv[2]]))
+"""
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the agent exited: rc={proc.returncode}"
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer in {timeout_s}s")
+
+
+@pytest.mark.integration
+def test_a_plain_agent_imports_no_heavy_module(tmp_path: Path) -> None:
+    agent, gw = KeyPair(tmp_path, "agent"), KeyPair(tmp_path, "gw")
+    admin = free_port()
+    config = {
+        "private_key_file": str(agent.path),
+        "gateway": f"127.0.0.1:{free_port()}",  # nobody there: the agent keeps dialling
+        "gateway_public_key": gw.public_b64,
+        "nodes": {"edge-gpu-1": "127.0.0.1"},
+        "allowed_ports": [9400],
+        "admin_listen": f"127.0.0.1:{admin}",
+    }
+    (tmp_path / "agent.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'coredns-hosts'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", AGENT, str(out), str(tmp_path / "agent.yaml")],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_healthy(f"http://127.0.0.1:{admin}/healthz", proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    loaded = json.loads(out.read_text())
+    modules = set(loaded["modules"])
+    heavy = {m for m in modules if m in HEAVY or m.rsplit(".", 1)[0] in HEAVY
+             or m.split(".")[0] in HEAVY}  # fmt: skip
+    assert heavy == set(), "a plain agent imported these"
+    assert loaded["threads"] == ["MainThread"]
+    # what it does use is there (the test reads the right process)
+    assert {"edge_agent.app", "raven.promclient", "cryptography"} <= modules
