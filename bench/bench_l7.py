@@ -7,8 +7,8 @@ Paths compared (each middle box its own process, so CPU is measured per box from
     nginx-ka: the same with upstream keep-alive (as Raven's agent since issue 12)
     gateway:  wrk -> raven ProxyServer over DirectOpener (DNS mode) -> target
     tunnel:   wrk -> `raven gateway` proxy ==tunnel==> `raven agent` -> target  (full path)
-    tunnel-asyncio: the same with the agent on the standard library's event loop
-              (``event_loop: asyncio``) instead of uvloop
+    tunnel-uvloop: the same with the agent on uvloop (``event_loop: uvloop``) instead of
+              the standard library's event loop (its default)
 
 Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the middle
 processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
@@ -40,7 +40,7 @@ from tests.helpers import free_port  # noqa: E402
 
 NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
-ALL_PATHS = ("direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-asyncio")
+ALL_PATHS = ("direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-uvloop")
 
 
 def metrics_page() -> bytes:
@@ -385,7 +385,7 @@ def main() -> int:
                 procs.append(gw)
                 wait_port(port)
                 setups["gateway"] = (f"http://127.0.0.1:{port}/metrics", host, [gw.pid])
-            for path, event_loop in (("tunnel", None), ("tunnel-asyncio", "asyncio")):
+            for path, event_loop in (("tunnel", None), ("tunnel-uvloop", "uvloop")):
                 if path not in paths:
                     continue
                 gw_conf, agent_conf, port = write_tunnel_configs(tmp, target_port, event_loop)
