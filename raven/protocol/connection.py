@@ -155,7 +155,7 @@ class TunnelConnection:
 
     # ------------------------------------------------------------------ I/O
 
-    def receive_data(self, data: bytes, now: float) -> None:
+    def receive_data(self, data: bytes | memoryview, now: float) -> None:
         """Feed wire bytes from the peer. Never raises for anything the peer sent."""
         self._now = now
         if self._mux.closed:

@@ -263,7 +263,7 @@ class SecureChannel:
 
     # -- input ------------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes, now: float) -> list[bytes]:
+    def receive_data(self, data: bytes | memoryview, now: float) -> list[bytes]:
         """Feed wire bytes; return the frames payload of every complete record
         (possibly none). Raises HandshakeRejected / RemoteProtocolError on anything
         bad; after that the channel reads nothing more (LocalProtocolError)."""

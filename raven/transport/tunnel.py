@@ -27,6 +27,7 @@ from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.errors import LocalProtocolError
+from raven.transport.receive_slices import ReceiveSlices
 from raven.transport.send_burst import SEND_BURST
 from raven.transport.stream import OPEN_FAILURE_BY_CODE, OpenFailure, StreamOpenError
 from raven.transport.tunnel_stream import TunnelStream
@@ -87,6 +88,8 @@ class Tunnel(asyncio.Protocol):
         self._in_flush = False
         self._in_events = False
         self._receiving = False
+        self._slices = ReceiveSlices(self.loop, self._receive, self._after_io,
+                                     lambda: self.transport)  # fmt: skip
         self._flush_scheduled = False
         #: set when the last stream is gone; made by wait_streams_done (drain) only
         self._no_streams: asyncio.Event | None = None
@@ -109,12 +112,14 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def data_received(self, data: bytes) -> None:
+        self._slices.feed(data)  # a large read in slices, a turn's CPU budget at a time
+
+    def _receive(self, data: bytes | memoryview) -> None:
         self._receiving = True  # datagram handlers run inside receive_data
         try:
             self.conn.receive_data(data, _now())
         finally:
             self._receiving = False
-        self._after_io()
 
     def eof_received(self) -> bool | None:
         self._terminate(CloseCode.CONNECTION_LOST, "peer closed the connection", by_peer=True)

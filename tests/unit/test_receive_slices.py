@@ -1,0 +1,74 @@
+"""ReceiveSlices: a large read reaches the connection in order, a turn's budget at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from raven.transport.receive_slices import SLICE_BYTES, ReceiveSlices
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+
+def slices(clock_step: float) -> tuple[ReceiveSlices, list[bytes], list[str], Transport]:
+    got: list[bytes] = []
+    order: list[str] = []
+    transport = Transport()
+    ticks = itertools.count()
+
+    def receive(data: bytes | memoryview) -> None:
+        got.append(bytes(data))
+        order.append("slice")
+
+    receiver = ReceiveSlices(asyncio.get_running_loop(), receive, lambda: order.append("after"),
+                             lambda: transport,  # type: ignore[arg-type,return-value]
+                             clock=lambda: next(ticks) * clock_step)  # fmt: skip
+    return receiver, got, order, transport
+
+
+async def test_a_small_read_goes_through_at_once() -> None:
+    receiver, got, order, transport = slices(clock_step=1.0)
+    receiver.feed(b"x" * 100)
+    assert got == [b"x" * 100] and order == ["slice", "after"] and transport.calls == []
+
+
+async def test_cheap_slices_of_a_large_read_go_through_in_one_turn() -> None:
+    receiver, got, order, transport = slices(clock_step=0.0)  # no time passes
+    data = bytes(range(256)) * (4 * SLICE_BYTES // 256 + 3)
+    receiver.feed(data)
+    assert b"".join(got) == data and len(got) == 5
+    assert order[-1] == "after" and transport.calls == []
+
+
+async def test_costly_slices_yield_the_loop_between_turns() -> None:
+    receiver, got, order, transport = slices(clock_step=1.0)  # each slice "takes" a second
+    data = bytes(range(256)) * (3 * SLICE_BYTES // 256)
+    asyncio.get_running_loop().call_soon(order.append, "other work")
+    receiver.feed(data)
+    assert order == ["slice", "after"] and transport.calls == ["pause"]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    # one slice per turn, the loop's other work in between, reading resumed at the end
+    assert order == ["slice", "after", "other work", "slice", "after", "slice", "after"]
+    assert b"".join(got) == data  # everything, in order
+    assert transport.calls == ["pause", "resume"] and receiver.paused is False
+
+
+async def test_a_tunnel_closed_meanwhile_drops_the_rest() -> None:
+    receiver, got, _order, transport = slices(clock_step=1.0)
+    gone: list[Transport | None] = [transport]
+    receiver._transport = lambda: gone[0]  # type: ignore[assignment,return-value]
+    receiver.feed(b"y" * (3 * SLICE_BYTES))
+    gone[0] = None
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(got) == 1 and transport.calls == ["pause"]
