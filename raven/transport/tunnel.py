@@ -27,10 +27,10 @@ from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.errors import LocalProtocolError
-from raven.transport.receive_slices import ReceiveSlices
 from raven.transport.send_burst import SEND_BURST
 from raven.transport.stream import OPEN_FAILURE_BY_CODE, OpenFailure, StreamOpenError
 from raven.transport.tunnel_stream import TunnelStream
+from raven.transport.turn_budget import TurnBudget
 
 __all__ = ["DatagramHandler", "EventHandler", "StreamHandler", "Tunnel", "TunnelStream"]
 
@@ -88,8 +88,8 @@ class Tunnel(asyncio.Protocol):
         self._in_flush = False
         self._in_events = False
         self._receiving = False
-        self._slices = ReceiveSlices(self.loop, self._receive, self._after_io,
-                                     lambda: self.transport)  # fmt: skip
+        self._budget = TurnBudget(self.loop, self._receive, self._after_io,
+                                  lambda: self.transport)  # fmt: skip
         self._flush_scheduled = False
         #: set when the last stream is gone; made by wait_streams_done (drain) only
         self._no_streams: asyncio.Event | None = None
@@ -112,7 +112,7 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def data_received(self, data: bytes) -> None:
-        self._slices.feed(data)  # a large read in slices, a turn's CPU budget at a time
+        self._budget.feed(data)  # a large read in slices, a turn's CPU budget at a time
 
     def _receive(self, data: bytes | memoryview) -> None:
         self._receiving = True  # datagram handlers run inside receive_data
@@ -354,9 +354,13 @@ class Tunnel(asyncio.Protocol):
         if self._in_events:
             return
         self._in_events = True
+        started = self._budget.start()
         try:
             while (event := self.conn.next_event()) is not None:
                 self._dispatch(event)
+                if self._budget.over(started):  # the rest next turn (TurnBudget)
+                    self._budget.defer(self._after_io)
+                    break
         finally:
             self._in_events = False
         if not self.streams:

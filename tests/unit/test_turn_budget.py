@@ -1,11 +1,12 @@
-"""ReceiveSlices: a large read reaches the connection in order, a turn's budget at a time."""
+"""TurnBudget: a large read reaches the connection in order, and deferred events run next
+turn, a turn's budget at a time, with reading paused meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 
-from raven.transport.receive_slices import SLICE_BYTES, ReceiveSlices
+from raven.transport.turn_budget import SLICE_BYTES, TurnBudget
 
 
 class Transport:
@@ -19,7 +20,7 @@ class Transport:
         self.calls.append("resume")
 
 
-def slices(clock_step: float) -> tuple[ReceiveSlices, list[bytes], list[str], Transport]:
+def slices(clock_step: float) -> tuple[TurnBudget, list[bytes], list[str], Transport]:
     got: list[bytes] = []
     order: list[str] = []
     transport = Transport()
@@ -29,7 +30,7 @@ def slices(clock_step: float) -> tuple[ReceiveSlices, list[bytes], list[str], Tr
         got.append(bytes(data))
         order.append("slice")
 
-    receiver = ReceiveSlices(asyncio.get_running_loop(), receive, lambda: order.append("after"),
+    receiver = TurnBudget(asyncio.get_running_loop(), receive, lambda: order.append("after"),
                              lambda: transport,  # type: ignore[arg-type,return-value]
                              clock=lambda: next(ticks) * clock_step)  # fmt: skip
     return receiver, got, order, transport
@@ -72,3 +73,26 @@ async def test_a_tunnel_closed_meanwhile_drops_the_rest() -> None:
     for _ in range(3):
         await asyncio.sleep(0)
     assert len(got) == 1 and transport.calls == ["pause"]
+
+
+async def test_deferred_events_run_next_turn_with_reading_paused() -> None:
+    budget, _got, order, transport = slices(clock_step=1.0)
+    started = budget.start()
+    assert budget.over(started)  # a second "passed"
+    budget.defer(lambda: order.append("rest of the events"))
+    asyncio.get_running_loop().call_soon(order.append, "other work")
+    assert transport.calls == ["pause"] and order == []
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert order == ["rest of the events", "other work"]
+    assert transport.calls == ["pause", "resume"] and not budget.paused
+
+
+async def test_reading_resumes_only_when_neither_slices_nor_events_wait() -> None:
+    budget, got, order, transport = slices(clock_step=1.0)
+    budget.feed(b"z" * (2 * SLICE_BYTES))  # the second slice waits a turn
+    budget.defer(lambda: order.append("events"))  # and so do events
+    for _ in range(4):
+        await asyncio.sleep(0)
+    assert len(got) == 2 and "events" in order
+    assert transport.calls == ["pause", "resume"]  # paused once, resumed once at the end
