@@ -14,7 +14,6 @@ from typing import Any, Protocol
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.proxy.penalty import RefusalPenalty
-from cloud_gateway.proxy.stream_pool import StreamPool
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.logs import fields
@@ -59,8 +58,6 @@ class ProxyContext:
     by_node: dict[str, int] = field(default_factory=dict)
     #: Recent results per node, for the status page.
     scrapes: ScrapeLog = field(default_factory=ScrapeLog)
-    #: idle streams by (node, port), for the next request to the same target from any client
-    streams: StreamPool = field(default_factory=StreamPool)
     #: Client faults are logged at most ``burst`` lines per reason per interval: a client
     #: that retries a refused request in a loop must not turn each refusal into a log line.
     log_throttle: LogThrottle = field(default_factory=lambda: LogThrottle(clock=time.monotonic))

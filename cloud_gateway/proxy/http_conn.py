@@ -121,23 +121,22 @@ class HttpConnection(ClientConnection):
             self.close()
 
     def _drop_upstream(self) -> None:
-        """Hand the kept stream to the gateway's pool (it ends there when it cannot stay)."""
+        """End the kept stream cleanly (END; the agent closes its target connection)."""
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
-            self.ctx.streams.put(*upstream)
+            stream = upstream[1]
+            stream.end()
+            stream.close()
 
-    def _kept_stream(self, target: Target, *, pooled: bool) -> ByteStream | None:
-        """A whole idle stream to ``target``: this connection's own, else (``pooled``: a
-        request without a body, which can be sent again if the stream proves stale) one
-        from the pool."""
-        key = (target.node, target.port)
+    def _kept_stream(self, target: Target) -> ByteStream | None:
+        """The kept stream when it goes to ``target`` and is still whole, else None."""
         if self.upstream is not None:
-            own, stream = self.upstream
-            if own == key and stream.reusable():
+            key, stream = self.upstream
+            if key == (target.node, target.port) and stream.reusable():
                 self.upstream = None
                 return stream
             self._drop_upstream()
-        return self.ctx.streams.take(key) if pooled else None
+        return None
 
     def _fail(self, exc: ProxyError, mode: str, node: str = "", *, close: bool) -> None:
         self.ctx.record_error(exc, mode, self.peer, node)
@@ -178,13 +177,10 @@ class HttpConnection(ClientConnection):
         start = time.monotonic()  # full resolution (uvloop's loop.time() is in ms)
         timeout_s = ctx.scrape_timeout(req.header(b"x-prometheus-scrape-timeout-seconds"))
         close_on_error = not req.keep_alive or req.body is not BodyKind.NONE or ctx.draining
-        # the target's connection is kept whatever the client does: the stream may serve the
-        # next request to this target from any client (StreamPool)
-        keep_stream = req.body is BodyKind.NONE and not ctx.draining
-        stream = self._kept_stream(target, pooled=req.body is BodyKind.NONE)
+        stream = self._kept_stream(target)
         reused = stream is not None
         while True:
-            exchange = Exchange(ctx, self, req, target, keep_stream=keep_stream)
+            exchange = Exchange(ctx, self, req, target, keep_stream=not close_on_error)
             if stream is None:  # the request rides with the OPEN when it can
                 try:
                     stream = await open_target(ctx, target, timeout_s, exchange.early_request())
@@ -212,11 +208,7 @@ class HttpConnection(ClientConnection):
                 return False
             break
         if outcome.stream_kept:
-            key = (target.node, target.port)
-            if outcome.keep_alive:  # this connection's next request is likely the same target
-                self.upstream = (key, stream)
-            else:
-                ctx.streams.put(key, stream)
+            self.upstream = ((target.node, target.port), stream)
         ctx.metrics.request(target.mode.value, outcome.status)
         ctx.metrics.response_bytes.inc(outcome.response_bytes)
         seconds = time.monotonic() - start

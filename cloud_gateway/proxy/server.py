@@ -115,7 +115,6 @@ class ProxyServer:
             server.close()
         for conn in list(self._ctx.idle):
             conn.close()
-        self._ctx.streams.close()
         tasks = {c.task for c in self._slots.active if c.task is not None}
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
