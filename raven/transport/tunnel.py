@@ -30,7 +30,7 @@ from raven.protocol.errors import LocalProtocolError
 from raven.transport.send_burst import SEND_BURST
 from raven.transport.stream import OPEN_FAILURE_BY_CODE, OpenFailure, StreamOpenError
 from raven.transport.tunnel_stream import TunnelStream
-from raven.transport.turn_budget import TurnBudget
+from raven.transport.turn_budget import SLICE_BYTES, TURN_BUDGET_S, TurnBudget
 
 __all__ = ["DatagramHandler", "EventHandler", "StreamHandler", "Tunnel", "TunnelStream"]
 
@@ -88,8 +88,8 @@ class Tunnel(asyncio.Protocol):
         self._in_flush = False
         self._in_events = False
         self._receiving = False
-        self._budget = TurnBudget(self.loop, self._receive, self._after_io,
-                                  lambda: self.transport)  # fmt: skip
+        #: made on a tunnel's first large read or long turn (most never have one)
+        self._budget: TurnBudget | None = None
         self._flush_scheduled = False
         #: set when the last stream is gone; made by wait_streams_done (drain) only
         self._no_streams: asyncio.Event | None = None
@@ -112,7 +112,17 @@ class Tunnel(asyncio.Protocol):
         self._after_io()
 
     def data_received(self, data: bytes) -> None:
-        self._budget.feed(data)  # a large read in slices, a turn's CPU budget at a time
+        if len(data) <= SLICE_BYTES:
+            self._receive(data)
+            self._after_io()
+        else:  # a large read in slices, a turn's CPU budget at a time
+            self._turn_budget().feed(data)
+
+    def _turn_budget(self) -> TurnBudget:
+        if self._budget is None:
+            self._budget = TurnBudget(self.loop, self._receive, self._after_io,
+                                      lambda: self.transport)  # fmt: skip
+        return self._budget
 
     def _receive(self, data: bytes | memoryview) -> None:
         self._receiving = True  # datagram handlers run inside receive_data
@@ -354,12 +364,12 @@ class Tunnel(asyncio.Protocol):
         if self._in_events:
             return
         self._in_events = True
-        started = self._budget.start()
+        started = time.perf_counter()
         try:
             while (event := self.conn.next_event()) is not None:
                 self._dispatch(event)
-                if self._budget.over(started):  # the rest next turn (TurnBudget)
-                    self._budget.defer(self._after_io)
+                if time.perf_counter() - started > TURN_BUDGET_S:  # the rest next turn
+                    self._turn_budget().defer(self._after_io)
                     break
         finally:
             self._in_events = False

@@ -6,12 +6,13 @@ refuses one by one) ~20 ms. :class:`TurnBudget` keeps that from stalling everybo
 
 - a read over ``SLICE_BYTES`` reaches the connection a slice (a memoryview, no copy) at a
   time; once the slices of one turn took ``TURN_BUDGET_S``, the rest waits for the next turn;
-- the tunnel's event loop over the connection's events asks :meth:`TurnBudget.over` after each
-  event and, past the budget, hands the rest to :meth:`TurnBudget.defer` (next turn).
+- the tunnel's loop over the connection's events checks the time after each event and, past
+  the budget, hands the rest to :meth:`TurnBudget.defer` (next turn).
 
 While input waits, reading from the socket is paused (the peer's bytes stay in the kernel and
 TCP's window, not in memory); it resumes once nothing waits. The common case costs nothing: a
-small read, cheap slices and a few events go through at once.
+small read, cheap slices and a few events go through at once, and a tunnel makes its
+TurnBudget only when it first needs one.
 """
 
 from __future__ import annotations
@@ -79,13 +80,6 @@ class TurnBudget:
             self._maybe_resume()
 
     # ------------------------------------------------------------ events
-    def start(self) -> float:
-        """The budget's clock at the start of handling (pass it to :meth:`over`)."""
-        return self._clock()
-
-    def over(self, started: float) -> bool:
-        return self._clock() - started > TURN_BUDGET_S
-
     def defer(self, work: Callable[[], None]) -> None:
         """The turn's budget is spent: pause reading and run ``work`` next turn."""
         self._events_wait = True
