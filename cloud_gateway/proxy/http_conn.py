@@ -105,20 +105,22 @@ class HttpConnection(ClientConnection):
 
     def close(self) -> None:
         """Close (a drain closes idle connections through here)."""
-        if self._idle:
-            self._leave_idle()
-        self._drop_upstream()
+        self._release()
         super().close()
 
     def _end(self) -> None:
         """The connection is done: after an error answer a lingering close, else FIN."""
-        if self._idle:
-            self._leave_idle()
-        self._drop_upstream()
+        self._release()
         if self._linger:
             self.linger_close()
         else:
-            self.close()
+            super().close()
+
+    def _release(self) -> None:
+        """No longer idle, and the kept stream ENDed."""
+        if self._idle:
+            self._leave_idle()
+        self._drop_upstream()
 
     def _drop_upstream(self) -> None:
         """End the kept stream cleanly (END; the agent closes its target connection)."""

@@ -53,11 +53,7 @@ class TurnBudget:
 
     # ------------------------------------------------------------ reads
     def feed(self, data: bytes) -> None:
-        if len(data) <= SLICE_BYTES:
-            self._receive(data)
-            self._after()
-        else:
-            self._slices(memoryview(data), 0)
+        self._slices(memoryview(data), 0)
 
     def _slices(self, view: memoryview, offset: int) -> None:
         start = self._clock()
