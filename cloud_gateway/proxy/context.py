@@ -24,8 +24,6 @@ log = logging.getLogger("cloud_gateway.proxy")
 
 #: Read size from clients.
 READ_BYTES = 65536
-#: Read size from targets (response bodies): fewer loop turns per scrape page.
-BODY_READ_BYTES = 262144
 #: Largest response head accepted from a target.
 MAX_RESPONSE_HEAD_BYTES = 65536
 #: Mode label for requests rejected before their target was known.

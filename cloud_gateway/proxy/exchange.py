@@ -32,7 +32,7 @@ from raven.transport.stream import ByteStream, StreamOpenError, StreamResetError
 if TYPE_CHECKING:
     from cloud_gateway.proxy.client_conn import ClientConnection
 
-__all__ = ["CutConnection", "Exchange", "Outcome", "open_target"]
+__all__ = ["CutConnection", "Exchange", "open_target"]
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
