@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.proxy.penalty import RefusalPenalty
+from cloud_gateway.proxy.stream_pool import StreamPool
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.logs import fields
@@ -62,6 +63,8 @@ class ProxyContext:
     #: monotonic seconds, for the refusal penalty
     clock: Callable[[], float] = time.monotonic
     penalty: RefusalPenalty = field(init=False)
+    #: idle streams by target, for the next request to it from any connection
+    streams: StreamPool = field(init=False)
     _allowed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = field(
         init=False, default_factory=list
     )
@@ -72,6 +75,10 @@ class ProxyContext:
             max_per_s=self.config.max_refusals_per_client_per_s,
             penalty_s=self.config.refusal_penalty_s,
         )
+        self.streams = StreamPool(
+            self.config.max_idle_streams, self.config.idle_stream_timeout_s, self.clock
+        )
+        self.metrics.watch_pool(self.streams)
 
     def client_allowed(self, host: str) -> bool:
         """Is ``host`` inside proxy.allowed_clients (always, when that list is empty)?"""

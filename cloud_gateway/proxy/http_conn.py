@@ -22,7 +22,6 @@ from cloud_gateway.proxy.exchange import CutConnection, Exchange, open_target
 from cloud_gateway.proxy.heads import BodyKind, RequestHead, parse_request_head
 from cloud_gateway.proxy.relay import relay
 from cloud_gateway.proxy.target import Mode, Target, resolve_target
-from raven.transport.stream import ByteStream
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 #: How a kept stream whose target connection went away while idle fails before any response
@@ -36,8 +35,6 @@ class HttpConnection(ClientConnection):
 
     def __init__(self, ctx: ProxyContext, slots: ConnectionSlots) -> None:
         super().__init__(ctx, slots)
-        #: the stream of the last request, kept for the next one to the same target
-        self.upstream: tuple[tuple[str, int], ByteStream] | None = None
         self._linger = False
         self._idle = False
 
@@ -57,9 +54,6 @@ class HttpConnection(ClientConnection):
     def ended(self) -> None:
         if self.task is None:
             self._end()
-
-    def closed(self) -> None:
-        self._drop_upstream()
 
     # ------------------------------------------------------------ between requests
     def _next_request(self) -> None:
@@ -117,28 +111,9 @@ class HttpConnection(ClientConnection):
             super().close()
 
     def _release(self) -> None:
-        """No longer idle, and the kept stream ENDed."""
+        """No longer idle."""
         if self._idle:
             self._leave_idle()
-        self._drop_upstream()
-
-    def _drop_upstream(self) -> None:
-        """End the kept stream cleanly (END; the agent closes its target connection)."""
-        upstream, self.upstream = self.upstream, None
-        if upstream is not None:
-            stream = upstream[1]
-            stream.end()
-            stream.close()
-
-    def _kept_stream(self, target: Target) -> ByteStream | None:
-        """The kept stream when it goes to ``target`` and is still whole, else None."""
-        if self.upstream is not None:
-            key, stream = self.upstream
-            if key == (target.node, target.port) and stream.reusable():
-                self.upstream = None
-                return stream
-            self._drop_upstream()
-        return None
 
     def _fail(self, exc: ProxyError, mode: str, node: str = "", *, close: bool) -> None:
         self.ctx.record_error(exc, mode, self.peer, node)
@@ -179,10 +154,15 @@ class HttpConnection(ClientConnection):
         start = time.monotonic()  # full resolution (uvloop's loop.time() is in ms)
         timeout_s = ctx.scrape_timeout(req.header(b"x-prometheus-scrape-timeout-seconds"))
         close_on_error = not req.keep_alive or req.body is not BodyKind.NONE or ctx.draining
-        stream = self._kept_stream(target)
+        # a request without a body can be sent again if a kept stream proves stale: it takes
+        # one from the pool, and its stream (the target's connection) stays for the next
+        # request to that target from any client (stream_pool), whatever this client does
+        pooled = req.body is BodyKind.NONE and ctx.streams.enabled and not ctx.draining
+        key = (target.node, target.port)
+        stream = ctx.streams.take(key) if pooled else None
         reused = stream is not None
         while True:
-            exchange = Exchange(ctx, self, req, target, keep_stream=not close_on_error)
+            exchange = Exchange(ctx, self, req, target, keep_stream=pooled)
             if stream is None:  # the request rides with the OPEN when it can
                 try:
                     stream = await open_target(ctx, target, timeout_s, exchange.early_request())
@@ -210,7 +190,7 @@ class HttpConnection(ClientConnection):
                 return False
             break
         if outcome.stream_kept:
-            self.upstream = ((target.node, target.port), stream)
+            ctx.streams.put(key, stream)
         ctx.metrics.request(target.mode.value, outcome.status)
         ctx.metrics.response_bytes.inc(outcome.response_bytes)
         seconds = time.monotonic() - start

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from cloud_gateway.proxy.errors import ErrorKind
+from raven.promclient import (
+    Collector,
+    CollectorRegistry,
+    Counter,
+    CounterMetricFamily,
+    Gauge,
+    GaugeMetricFamily,
+    Histogram,
+    Metric,
+)
+
+if TYPE_CHECKING:
+    from cloud_gateway.proxy.stream_pool import StreamPool
 
 #: Scrape latency buckets (seconds): loopback sub-millisecond up to long scrape timeouts.
 DURATION_BUCKETS = (
@@ -60,9 +74,14 @@ class ProxyMetrics:
             "Bytes relayed from edge targets to clients (heads and bodies)",
             registry=registry,
         )
+        self._registry = registry
         self._requests: dict[tuple[str, int], Counter] = {}
         self._errors: dict[ErrorKind, Counter] = {}
         self._durations: dict[str, Histogram] = {}
+
+    def watch_pool(self, pool: StreamPool) -> None:
+        """Export the pool's size and counts, read when scraped (nothing per request)."""
+        self._registry.register(_PoolCollector(pool))
 
     def request(self, mode: str, code: int) -> None:
         child = self._requests.get((mode, code))
@@ -87,3 +106,27 @@ class ProxyMetrics:
         if child is None:
             child = self._durations[node] = self.duration.labels(node)
         child.observe(seconds)
+
+
+class _PoolCollector(Collector):
+    """``raven_proxy_idle_streams`` and ``raven_proxy_stream_reuse_total{result}``."""
+
+    def __init__(self, pool: StreamPool) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterable[Metric]:
+        pool = self._pool
+        yield GaugeMetricFamily(
+            "raven_proxy_idle_streams",
+            "Idle tunnel streams kept for the next request to their target",
+            value=len(pool),
+        )
+        reuse = CounterMetricFamily(
+            "raven_proxy_stream_reuse",
+            "Requests without a body by what served them: hit (a kept stream to their target), "
+            "miss (none kept: a new stream), stale (kept ones whose target had closed: ended)",
+            labels=["result"],
+        )
+        for result, value in (("hit", pool.hits), ("miss", pool.misses), ("stale", pool.stale)):
+            reuse.add_metric([result], value)
+        yield reuse

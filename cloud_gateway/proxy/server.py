@@ -111,6 +111,7 @@ class ProxyServer:
         """Stop accepting; in-flight requests get ``grace_s`` to finish, then are cancelled;
         then every connection still open is closed."""
         self._ctx.draining = True
+        self._ctx.streams.close()
         for server in self._servers:
             server.close()
         for conn in list(self._ctx.idle):

@@ -139,9 +139,24 @@ class ProxyConfig:
         "(no client can take all of a tunnel's streams).",
         default=64,
     )
+    max_idle_streams: int = doc(
+        "Idle tunnel streams kept after a complete response, each holding its agent's "
+        "connection to the target, for the next request to that node:port from any client "
+        "(Prometheus spreads its scrapes over its proxy connections). Size it to the targets "
+        "scraped through this gateway; when full, further streams end after their response. "
+        "A tunnel lends at most half its stream slots. 0: every request opens a stream.",
+        default=16384,
+    )
+    idle_stream_timeout_s: float = doc(
+        "An idle kept stream older than this ends (its agent closes the target connection); "
+        "longer than the scrape interval, so each scrape finds its target's connection.",
+        default=90.0,
+    )
 
     def __post_init__(self) -> None:
         check_hostport("http_listen", self.http_listen)
+        if self.max_idle_streams < 0 or self.idle_stream_timeout_s <= 0:
+            raise ValueError("max_idle_streams must be >= 0 and idle_stream_timeout_s > 0")
         for prefix in self.allowed_clients:
             parse_prefix(prefix)
         if self.max_refusals_per_client_per_s < 0 or self.refusal_penalty_s < 0:

@@ -30,40 +30,67 @@ def tunnels(site: Site) -> tuple[Tunnel, Tunnel]:
 
 
 async def test_scrapes_end_cleanly_both_ways(site: Site) -> None:
-    """Each request on its own connection with Connection: close: one stream each, ENDed."""
+    """Each request on its own connection with Connection: close: the first opens a stream,
+    the others take it from the gateway's pool (the target's connection stays behind it);
+    when the pool lets it go it ENDs both ways, never RESET."""
     async with serve_app(target_app()) as port:
         await site.start({NODE: "127.0.0.1"}, [port])
         await wait_for(lambda: site.registry.agents_for(NODE))
-        async with running_proxy(site.registry) as (_p, _r, base), aiohttp.ClientSession() as s:
+        async with running_proxy(site.registry) as (proxy, _r, base), aiohttp.ClientSession() as s:
             host = {"Host": f"{NODE}:{port}", "Connection": "close"}
             for _ in range(5):
                 async with s.get(f"{base}/metrics", headers=host) as r:
                     assert r.status == 200 and await r.read() == METRICS
+                    assert r.headers.get("Connection") == "close"  # the client's wish holds
             async with s.get(f"{base}/chunked", headers=host) as r:
                 assert (await r.read()).count(b"line ") == 50
             gz = {**host, "Accept-Encoding": "gzip"}
             async with s.get(f"{base}/gzip", headers=gz, auto_decompress=False) as r:
                 assert await r.read() == GZIPPED
             gateway, agent = tunnels(site)
+            assert len(proxy.context.streams) == 1 and len(gateway.streams) == 1
+            proxy.context.streams.close()
             await wait_for(lambda: not gateway.streams and not agent.streams)
             for tunnel in (gateway, agent):
                 stats = tunnel.conn.stats
                 assert stats.streams_reset == {}
-                assert stats.streams_opened == 7
-                assert stats.frames_sent.get("end") == 7
-                assert stats.frames_received.get("end") == 7
+                assert stats.streams_opened == 1
+                assert stats.frames_sent.get("end") == 1
+                assert stats.frames_received.get("end") == 1
                 assert "reset" not in stats.frames_sent
+
+
+async def test_clients_of_many_targets_share_the_pool(site: Site) -> None:
+    """Connections that each scrape another target than before (Prometheus's pooled
+    connections to a proxy_url) take the streams left by the others: one stream per target."""
+    nodes = {f"edge-pool-{i}": "127.0.0.1" for i in range(3)}
+    async with serve_app(target_app()) as port:
+        await site.start(nodes, [port])
+        await wait_for(lambda: all(site.registry.agents_for(n) for n in nodes))
+        async with running_proxy(site.registry) as (proxy, _r, base):
+            connector = aiohttp.TCPConnector(limit=2)
+            async with aiohttp.ClientSession(connector=connector) as s:
+                for _ in range(4):
+                    for node in nodes:  # two connections take turns over three targets
+                        async with s.get(
+                            f"{base}/metrics", headers={"Host": f"{node}:{port}"}
+                        ) as r:
+                            assert r.status == 200 and await r.read() == METRICS
+            gateway, _agent = tunnels(site)
+            assert gateway.conn.stats.streams_opened == 3  # not one per scrape
+            assert gateway.conn.stats.streams_reset == {}
+            assert len(proxy.context.streams) == 3
 
 
 async def test_keep_alive_client_reuses_one_stream_and_one_target_connection(site: Site) -> None:
     """A keep-alive client's scrapes of one target ride one stream, and the agent's one
     connection to the target: no OPEN, no TCP connect per scrape; the stream ENDs both ways
-    when the client goes."""
+    when the pool lets it go (the client went first: the stream waited in the pool)."""
     accepted: list[object] = []
     async with serve_app(target_app()) as port:
         await site.start({NODE: "127.0.0.1"}, [port])
         await wait_for(lambda: site.registry.agents_for(NODE))
-        async with running_proxy(site.registry) as (_p, _r, base):
+        async with running_proxy(site.registry) as (proxy, _r, base):
             connector = aiohttp.TCPConnector(limit=1)
             async with aiohttp.ClientSession(connector=connector) as s:
                 host = {"Host": f"{NODE}:{port}"}
@@ -75,6 +102,8 @@ async def test_keep_alive_client_reuses_one_stream_and_one_target_connection(sit
                     assert (await r.read()).count(b"line ") == 50
                 gateway, agent = tunnels(site)
                 assert len(gateway.streams) == 1 and len(agent.streams) == 1
+            await wait_for(lambda: len(proxy.context.streams) == 1)  # the client went: pooled
+            proxy.context.streams.close()
             await wait_for(lambda: not gateway.streams and not agent.streams)
             for tunnel in (gateway, agent):
                 stats = tunnel.conn.stats
