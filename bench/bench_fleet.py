@@ -3,7 +3,7 @@
 Topology, all on loopback (127.0.0.0/8), each box its own process:
 
     prometheus --proxy_url--> `raven gateway` ==100 tunnels==> agents (K processes, real
-    GatewayLinks + Relays, each agent its own key and its 10 nodes) --> nodes process
+    GatewayLinks + Relays, each agent its own key and its 10 nodes) --> nodes processes (one per agent process)
 
 - The gateway runs as `raven gateway --config FILE` with 100 authorised agent keys, each allowed
   exactly its own node names (``fleet-a017-n3``: agent 17, node 3).
@@ -122,8 +122,11 @@ def machine_busy_ticks() -> tuple[int, int]:
 # ---------------------------------------------------------------- role: nodes
 
 
-async def role_nodes(spec_path: str) -> None:
-    """Every node's exporter: one listener per loopback address, a dcgm page per node."""
+async def role_nodes(spec_path: str, first: int, count: int) -> None:
+    """The exporters of agents ``first`` .. ``first + count - 1``'s nodes: one listener per
+    loopback address, a dcgm page per node. One such process per agent process: each holds a
+    listener and a kept connection per node, and the descriptors of 10,000 nodes in one
+    process would pass a common hard limit (20,000)."""
     import gzip
 
     from gpu_exporter.counters import default_counters
@@ -132,7 +135,8 @@ async def role_nodes(spec_path: str) -> None:
 
     spec = json.loads(Path(spec_path).read_text())
     port, gpus, use_gzip = spec["node_port"], spec["gpus"], spec["gzip"]
-    by_address = {addr: name for nodes in spec["fleet"].values() for name, addr in nodes.items()}
+    agents = range(first, first + count)
+    by_address = {addr: name for a in agents for name, addr in spec["fleet"][str(a)].items()}
     counters = default_counters()
     fields = frozenset(c.field for c in counters)
     backends: dict[str, SimulatedBackend] = {}
@@ -556,7 +560,7 @@ def measure(args: argparse.Namespace, spec: dict[str, Any], procs: Procs, report
         f"{cores('agents')} cores ({args.agent_procs} processes: {args.agents // args.agent_procs}-{-(-args.agents // args.agent_procs)} agents each)",
     )
     report.add(
-        "nodes process CPU / Prometheus CPU", f"{cores('nodes')} / {cores('prometheus')} cores"
+        "nodes processes CPU / Prometheus CPU", f"{cores('nodes')} / {cores('prometheus')} cores"
     )
     report.add(
         "machine busy (all processes) / ours", f"{busy * ncpu:.2f} / {ours:.2f} of {ncpu} cores"
@@ -579,9 +583,13 @@ def run(args: argparse.Namespace, tmp: Path, procs: Procs, report: Report) -> No
     spec_path = str(tmp / "spec.json")
     total = args.agents * args.nodes_per_agent
 
-    procs.start("nodes", [*me, "nodes", spec_path], tmp / "nodes.log")
-    last = node_address(args.agents - 1, args.nodes_per_agent)
-    wait_port(last, args.node_port, 60)
+    per = -(-args.agents // args.agent_procs)
+    chunks = [(first, min(per, args.agents - first)) for first in range(0, args.agents, per)]
+    for first, count in chunks:
+        procs.start("nodes", [*me, "nodes", spec_path, str(first), str(count)],
+                    tmp / f"nodes-{first}.log")  # fmt: skip
+    for first, count in chunks:
+        wait_port(node_address(first + count - 1, args.nodes_per_agent), args.node_port, 60)
     procs.check()
 
     gateway = [sys.executable, "-m", "raven.cli", "gateway", "--config", str(tmp / "gateway.yaml")]
@@ -589,9 +597,7 @@ def run(args: argparse.Namespace, tmp: Path, procs: Procs, report: Report) -> No
     wait_port("127.0.0.1", spec["admin_port"], 30)
 
     t0 = time.monotonic()
-    per = -(-args.agents // args.agent_procs)
-    for first in range(0, args.agents, per):
-        count = min(per, args.agents - first)
+    for first, count in chunks:
         procs.start(
             "agents",
             [*me, "agents", spec_path, str(first), str(count)],
@@ -665,7 +671,7 @@ def main() -> int:
             runner = asyncio.run
         role, *rest = args.role
         if role == "nodes":
-            runner(role_nodes(rest[0]))
+            runner(role_nodes(rest[0], int(rest[1]), int(rest[2])))
         elif role == "agents":
             runner(role_agents(rest[0], int(rest[1]), int(rest[2])))
         return 0
@@ -676,9 +682,22 @@ def main() -> int:
     if not Path(args.prometheus).exists():
         print(f"missing {args.prometheus}: apt-get install -y prometheus", file=sys.stderr)
         return 2
+    # a nodes process holds one listener per node plus one kept connection per node (the
+    # gateway's StreamPool keeps the agents' target connections): 2 x nodes descriptors and
+    # more; children inherit the limit. Root may raise the hard limit itself.
+    want = max(65536, 2 * args.agents * args.nodes_per_agent + 4096)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 16384:  # 1,000 listeners and connections per process: children inherit this
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        if hard < want:
+            print(
+                f"warning: RLIMIT_NOFILE {hard} < {want}: the nodes process may run out of "
+                "descriptors",
+                file=sys.stderr,
+            )
 
     def on_signal(signum: int, _frame: object) -> None:
         print(f"signal {signum}: stopping every process", file=sys.stderr)

@@ -23,6 +23,7 @@ from raven.config.loader import ConfigError
 from raven.keys import KeyError_, decode_key, read_private_key_file
 from raven.metrics import TunnelMetrics
 from raven.process_metrics import process_registry
+from raven.promclient import generate_text_off_loop
 from raven.protocol.codes import CloseCode
 from raven.service import run_until_signalled
 from raven.transport.tunnel import Tunnel, TunnelStream
@@ -64,6 +65,8 @@ class GatewayApp:
             config.admin_listen,
             self.metrics_registry,
             self._ready,
+            # a series per node: written off the loop, which keeps serving every site meanwhile
+            exposition=lambda: generate_text_off_loop(self.metrics_registry),
             token_file=config.admin_token_file,
         )
         self.admin.add_route("/api/v1/agents", self._api_agents)

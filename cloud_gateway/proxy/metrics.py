@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from cloud_gateway.proxy.errors import ErrorKind
+from cloud_gateway.proxy.node_latency import NodeLatency
 from raven.promclient import (
     Collector,
     CollectorRegistry,
@@ -13,7 +14,6 @@ from raven.promclient import (
     CounterMetricFamily,
     Gauge,
     GaugeMetricFamily,
-    Histogram,
     Metric,
 )
 
@@ -57,13 +57,8 @@ class ProxyMetrics:
             ["reason"],
             registry=registry,
         )
-        self.duration = Histogram(
-            "raven_proxy_request_duration_seconds",
-            "Time from a request's head to the last byte of its response (scrape latency), by node",
-            ["node"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
+        #: raven_proxy_request_duration_seconds{node}
+        self.latency = NodeLatency(registry, DURATION_BUCKETS)
         self.active_connections = Gauge(
             "raven_proxy_active_connections",
             "Client connections open on the proxy listeners",
@@ -77,7 +72,6 @@ class ProxyMetrics:
         self._registry = registry
         self._requests: dict[tuple[str, int], Counter] = {}
         self._errors: dict[ErrorKind, Counter] = {}
-        self._durations: dict[str, Histogram] = {}
 
     def watch_pool(self, pool: StreamPool) -> None:
         """Export the pool's size and counts, read when scraped (nothing per request)."""
@@ -97,15 +91,10 @@ class ProxyMetrics:
 
     def forget_nodes(self, nodes: list[str]) -> None:
         """Drop the per-node series of nodes the registry forgot (bounded cardinality)."""
-        for node in nodes:
-            if self._durations.pop(node, None) is not None:
-                self.duration.remove(node)
+        self.latency.forget(nodes)
 
     def observe(self, node: str, seconds: float) -> None:
-        child = self._durations.get(node)
-        if child is None:
-            child = self._durations[node] = self.duration.labels(node)
-        child.observe(seconds)
+        self.latency.observe(node, seconds)
 
 
 class _PoolCollector(Collector):

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 #: Returns (ready, reason). /readyz answers 200 when every check is ready, 503 with the reasons.
 ReadyCheck = Callable[[], tuple[bool, str]]
+#: The body of /metrics, written now or awaited (`raven.promclient.generate_text_off_loop`).
+Exposition = Callable[[], bytes | Awaitable[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,7 @@ class AdminRoutes:
         self,
         registry: CollectorRegistry,
         *,
-        exposition: Callable[[], bytes] | None = None,
+        exposition: Exposition | None = None,
         metrics_content_type: str = CONTENT_TYPE_LATEST,
         token: bytes | None = None,
     ) -> None:
@@ -177,10 +179,11 @@ class AdminRoutes:
             headers={"WWW-Authenticate": 'Bearer realm="raven-admin"'},
         )
 
-    def _metrics(self, _request: AdminRequest) -> AdminResponse:
-        return AdminResponse(
-            body=self._exposition(), content_type=self._metrics_content_type, compressible=True
-        )
+    async def _metrics(self, _request: AdminRequest) -> AdminResponse:
+        body = self._exposition()
+        if not isinstance(body, bytes):
+            body = await body
+        return AdminResponse(body=body, content_type=self._metrics_content_type, compressible=True)
 
     def _healthz(self, _request: AdminRequest) -> AdminResponse:
         return AdminResponse.text("ok\n")

@@ -14,7 +14,14 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from raven.admin.auth import read_token_file
-from raven.admin.routes import AdminRequest, AdminResponse, AdminRoutes, Handler, ReadyCheck
+from raven.admin.routes import (
+    AdminRequest,
+    AdminResponse,
+    AdminRoutes,
+    Exposition,
+    Handler,
+    ReadyCheck,
+)
 from raven.hostport import parse_hostport
 from raven.promclient import CONTENT_TYPE_LATEST, CollectorRegistry
 
@@ -56,7 +63,7 @@ class AdminServer:
         registry: CollectorRegistry,
         ready: ReadyCheck | None = None,
         *,
-        exposition: Callable[[], bytes] | None = None,
+        exposition: Exposition | None = None,
         metrics_content_type: str = CONTENT_TYPE_LATEST,
         backend: AdminBackend | None = None,
         token_file: str | None = None,

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from raven.admin import AdminRequest, AdminResponse, AdminRoutes
+from raven.promclient import generate_text, generate_text_off_loop
 
 
 def get(path: str, method: str = "GET", **query: str) -> AdminRequest:
@@ -81,3 +82,13 @@ async def test_a_failing_handler_is_a_500_and_one_log_line(
     assert not any(r.exc_info for r in caplog.records)
     assert (answer.status, answer.body) == (500, b"internal error\n")
     assert (await routes.dispatch(get("/healthz"))).status == 200
+
+
+async def test_metrics_exposition_may_be_awaited() -> None:
+    """The gateway writes its /metrics off the loop: an exposition returning an awaitable."""
+    registry = CollectorRegistry()
+    Counter("raven_example", "An example counter", registry=registry).inc(3)
+    routes = AdminRoutes(registry, exposition=lambda: generate_text_off_loop(registry))
+    answer = await routes.dispatch(get("/metrics"))
+    assert answer.status == 200 and b"raven_example_total 3.0\n" in answer.body
+    assert answer.body == generate_text(registry)

@@ -74,7 +74,7 @@ def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     """Exposed sample name -> (type, label names) for every metric class of the project."""
     registry = CollectorRegistry()
     TunnelMetrics(registry, peer_label="agent").live.tunnel_up("site-a", IdleTunnel())
-    ProxyMetrics(registry)
+    ProxyMetrics(registry).observe("edge-gpu-1", 0.01)  # custom collectors: a sample each
     L3Metrics(registry).traffic("to_agent", "site-a").count(100)  # a custom collector: a sample
     HostsMetrics(registry)
     GatewayMetrics(registry)
