@@ -37,6 +37,8 @@ class HttpConnection(ClientConnection):
         super().__init__(ctx, slots)
         self._linger = False
         self._idle = False
+        #: a byte of a request arrived on this connection
+        self._used = False
 
     # ------------------------------------------------------------ ClientConnection hooks
     def start(self) -> None:
@@ -58,6 +60,7 @@ class HttpConnection(ClientConnection):
     # ------------------------------------------------------------ between requests
     def _next_request(self) -> None:
         """Start the next request if its head is complete."""
+        self._used = self._used or bool(len(self.buf))
         try:
             head = self.buf.next_head()
         except HttpParseError as exc:
@@ -92,6 +95,14 @@ class HttpConnection(ClientConnection):
 
     def _header_timeout(self) -> None:
         if self.task is not None:
+            return
+        if not self._used and not len(self.buf):
+            # nothing ever sent: a client's spare pooled connection (Go's transport dials
+            # one per waiting request and pools those it did not need) or a port scan. Closed
+            # with a FIN as nginx does, not a 408, which a client that picks the connection
+            # at this moment reads as its request's answer (a failed scrape).
+            self.ctx.metrics.unused_closed.inc()
+            self._end()
             return
         detail = f"request head not received within {self.ctx.config.header_timeout_s:g}s"
         self._fail(ProxyError(ErrorKind.HEADER_TIMEOUT, detail), UNKNOWN_MODE, close=True)

@@ -69,6 +69,12 @@ class ProxyMetrics:
             "Bytes relayed from edge targets to clients (heads and bodies)",
             registry=registry,
         )
+        self.unused_closed = Counter(
+            "raven_proxy_unused_connections_closed_total",
+            "Client connections closed at header_timeout_s without a byte received (an HTTP "
+            "client's spare pooled connection, or a scan): a FIN, no 408",
+            registry=registry,
+        )
         self._registry = registry
         self._requests: dict[tuple[str, int], Counter] = {}
         self._errors: dict[ErrorKind, Counter] = {}
