@@ -77,6 +77,8 @@ class GatewayApp:
         # so it is served like the probes: a browser cannot add a bearer token to a page load
         self.admin.add_route("/", self._status_page, public=True)
         self.started_at = time.time()
+        #: the last http_sd body, by (registry generation, port)
+        self._targets_body: tuple[tuple[int, int], bytes] | None = None
         self.backfill: Any = None
         if config.backfill.enabled:
             from cloud_gateway.backfill.receiver import BackfillReceiver
@@ -219,7 +221,14 @@ class GatewayApp:
         raw = request.query.get("port", str(defaults.GPU_EXPORTER_PORT))
         if not raw.isdigit() or not 0 < int(raw) < 65536:
             return AdminResponse.text("port must be 1-65535\n", 400)
-        return AdminResponse.json(self.registry.targets_json(int(raw)))
+        # Prometheus asks every refresh_interval (5-60 s): the body (10,000 nodes: over a MB
+        # of JSON, tens of ms of the event loop) is written once per change of the registry
+        key = (self.registry.generation, int(raw))
+        cached = self._targets_body
+        if cached is None or cached[0] != key:
+            body = AdminResponse.json(self.registry.targets_json(int(raw))).body
+            cached = self._targets_body = (key, body)
+        return AdminResponse(body=cached[1], content_type="application/json; charset=utf-8")
 
 
 async def run_gateway(config: GatewayConfig, config_path: str | Path | None = None) -> int:

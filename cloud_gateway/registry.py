@@ -144,6 +144,9 @@ class Registry:
         self.node_ttl_s = node_ttl_s
         self._clock = clock
         self._next_expiry = clock() + node_ttl_s / 16
+        #: bumped on every change of sessions or nodes: views derived from them (the http_sd
+        #: body) are cached per generation
+        self.generation = 0
 
     def update_agents(self, agents: list[AuthorisedAgent]) -> list[AgentSession]:
         """Replace the authorised agents (config reload). Returns the live sessions whose
@@ -232,6 +235,7 @@ class Registry:
                     self.seen_nodes[node] = now  # the TTL runs from here
 
     def _changed(self) -> None:
+        self.generation += 1
         if self._clock() >= self._next_expiry:
             self.expire()
         if self.on_change is not None:

@@ -45,6 +45,7 @@ async def test_admin_endpoints_of_gateway_and_agent(tmp_path: Path) -> None:
             status, body = await get(s, f"{gw_url}/api/v1/targets?port=9100")
             assert '"edge-echo-1:9100"' in body
             assert (await get(s, f"{gw_url}/api/v1/targets?port=x"))[0] == 400
+            assert (await get(s, f"{gw_url}/api/v1/targets?port=9100"))[1] == body  # cached
             _, text = await get(s, f"{gw_url}/metrics")
             samples = {
                 (smp.name, tuple(sorted(smp.labels.items()))): smp.value
@@ -66,6 +67,8 @@ async def test_admin_endpoints_of_gateway_and_agent(tmp_path: Path) -> None:
             assert "raven_agent_nodes_served 2.0" in text
             await agent.stop()
             await wait_for(lambda: not gateway.registry.sessions)
+            # the cached http_sd body follows the registry: the node left with its agent
+            assert (await get(s, f"{gw_url}/api/v1/targets?port=9100")) == (200, "[]")
             # the node is known but its agent is gone
             status, body = await get(s, f"{gw_url}/api/v1/nodes")
             assert '"reachable": false' in body
