@@ -20,7 +20,8 @@ _GATEWAY = ["handshake_rate_per_s", "handshake_burst", "max_half_open_handshakes
 _PROXY = ["header_timeout_s", "max_header_bytes", "idle_timeout_s", "max_connections",
           "default_timeout_s", "max_timeout_s", "max_requests_per_client",
           "max_refusals_per_client_per_s", "refusal_penalty_s",
-          "max_streams_per_node", "allowed_clients"]  # fmt: skip
+          "max_streams_per_node", "allowed_clients", "max_idle_streams",
+          "idle_stream_timeout_s"]  # fmt: skip
 
 
 def _row(name: str) -> str:
