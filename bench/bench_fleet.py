@@ -92,12 +92,14 @@ def wait_port(host: str, port: int, timeout_s: float = 30.0) -> None:
 # ---------------------------------------------------------------- /proc
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, *, system_only: bool = False) -> float:
+    """User + system CPU seconds of ``pid`` (``system_only``: in the kernel only)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
         return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[12]) if system_only else int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def status_kib(pid: int, key: str) -> int:
@@ -403,6 +405,7 @@ def gateway_counters(admin_port: int) -> dict[tuple[str, tuple[tuple[str, str], 
             "raven_proxy_requests",
             "raven_proxy_errors",
             "raven_proxy_response_bytes",
+            "raven_proxy_stream_reuse",
         ):
             continue
         for s in family.samples:
@@ -413,6 +416,7 @@ def gateway_counters(admin_port: int) -> dict[tuple[str, tuple[tuple[str, str], 
 
 def snapshot(procs: Procs, admin_port: int) -> Snapshot:
     cpu = {role: sum(cpu_seconds(pid) for pid in procs.pids(role)) for role in procs.by_role}
+    cpu["gateway-system"] = sum(cpu_seconds(p, system_only=True) for p in procs.pids("gateway"))
     return Snapshot(time.time(), cpu, machine_busy_ticks(), gateway_counters(admin_port))
 
 
@@ -541,7 +545,15 @@ def measure(args: argparse.Namespace, spec: dict[str, Any], procs: Procs, report
     )
     report.add(
         "**gateway CPU**",
-        f"**{cores('gateway')} cores** ({proxied / wall:.1f} scrapes/s through it, {per_scrape_ms:.2f} ms CPU per scrape)",
+        f"**{cores('gateway')} cores** ({proxied / wall:.1f} scrapes/s through it, {per_scrape_ms:.2f} ms CPU per scrape; {cores('gateway-system')} cores of it in the kernel)",
+    )
+    reuse = {
+        result: delta("raven_proxy_stream_reuse_total", result=result)
+        for result in ("hit", "miss", "stale")
+    }
+    report.add(
+        "scrapes on a kept stream (StreamPool hit / miss / stale)",
+        " / ".join(f"{reuse[r]:.0f}" for r in ("hit", "miss", "stale")),
     )
     report.add(
         "**gateway RSS** peak / final in window (VmHWM since start)",
