@@ -1,6 +1,7 @@
 """The agent's connection to a target, driven by callbacks: no tasks, no StreamReader copies.
 
-:class:`TargetLeg` is the ``asyncio.Protocol`` of the TCP connection to the target and the
+:class:`TargetLeg` is the protocol of the TCP connection to the target (a
+:class:`~raven.transport.read_buffer.CopyingReader`) and the
 :class:`~raven.transport.stream.StreamReceiver` of the tunnel stream it serves. Bytes go
 straight from ``data_received`` into the stream and from the stream into the target transport,
 with flow control both ways:
@@ -23,6 +24,7 @@ import typing
 from collections.abc import Callable
 
 from raven.protocol.codes import StreamCode
+from raven.transport.read_buffer import CopyingReader
 from raven.transport.reset import abort_with_rst
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel_stream import TunnelStream
@@ -39,7 +41,7 @@ ToTargetHook = Callable[[bytes], None]
 FromTargetHook = Callable[[int], None]
 
 
-class TargetLeg(asyncio.Protocol):
+class TargetLeg(CopyingReader):
     """One relayed target connection (see the module docstring)."""
 
     def __init__(self, what: str) -> None:

@@ -76,7 +76,10 @@ class ProxyContext:
             penalty_s=self.config.refusal_penalty_s,
         )
         self.streams = StreamPool(
-            self.config.max_idle_streams, self.config.idle_stream_timeout_s, self.clock
+            self.config.max_idle_streams,
+            self.config.idle_stream_timeout_s,
+            self.clock,
+            per_target=self.config.max_streams_per_node,
         )
         self.metrics.watch_pool(self.streams)
 

@@ -13,8 +13,9 @@ Bounds, each O(1) per call:
   scrapes cycle through their targets, and evicting the oldest under a cycle longer than the
   pool would end every stream just before its next use (no hit at all), while keeping the
   ones held gives ``max_idle`` of the targets a hit every cycle.
-- ``PER_TARGET`` per (node, port) (an HA pair of Prometheus scrapes each target twice); past
-  it the oldest of that target ends.
+- ``per_target`` per (node, port): the most requests a node may have in flight
+  (``proxy.max_streams_per_node``), so the streams of a burst (16 keep-alive clients of one
+  target) are all kept and none is reopened; past it the oldest of that target ends.
 - A tunnel lends streams only while at most half its stream slots are taken
   (``ByteStream.reusable``): idle streams never crowd out new ones, and an agent holds at most
   that many idle target connections.
@@ -34,10 +35,7 @@ from collections.abc import Callable
 
 from raven.transport.stream import ByteStream
 
-__all__ = ["PER_TARGET", "StreamPool"]
-
-#: Idle streams kept per (node, port).
-PER_TARGET = 4
+__all__ = ["StreamPool"]
 
 #: The sweeper runs at most this often (it ends every stream past ``idle_s`` each time).
 _SWEEP_EVERY_S = 1.0
@@ -48,8 +46,11 @@ Key = tuple[str, int]
 class StreamPool:
     """Idle reusable streams by (node, port) (see the module docstring)."""
 
-    def __init__(self, max_idle: int, idle_s: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, max_idle: int, idle_s: float, clock: Callable[[], float], *, per_target: int = 64
+    ) -> None:
         self.max_idle = max_idle
+        self.per_target = per_target
         self.idle_s = idle_s
         self._clock = clock
         #: every idle stream -> (its key, when it was kept); insertion order is age order
@@ -78,7 +79,7 @@ class StreamPool:
         idle = self._by_key.get(key)
         if idle is None:
             idle = self._by_key[key] = []
-        elif len(idle) >= PER_TARGET:
+        elif len(idle) >= self.per_target:
             oldest = idle.pop(0)
             del self._since[oldest]
             _end(oldest)

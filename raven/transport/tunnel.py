@@ -27,6 +27,7 @@ from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.errors import LocalProtocolError
+from raven.transport.read_buffer import CopyingReader
 from raven.transport.send_burst import SEND_BURST
 from raven.transport.stream import OPEN_FAILURE_BY_CODE, OpenFailure, StreamOpenError
 from raven.transport.tunnel_stream import TunnelStream
@@ -51,7 +52,7 @@ DatagramHandler = Callable[[bytes], None]
 EventHandler = Callable[[ev.Event], None]
 
 
-class Tunnel(asyncio.Protocol):
+class Tunnel(CopyingReader):
     """One tunnel connection; works for both the agent (initiator) and the gateway."""
 
     def __init__(

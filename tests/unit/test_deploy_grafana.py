@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from cloud_gateway.backfill.receiver import BackfillMetrics as GatewayBackfillMetrics
 from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.proxy.metrics import ProxyMetrics
+from cloud_gateway.proxy.stream_pool import StreamPool
 from edge_agent.backfill.learn import TargetTable
 from edge_agent.backfill.metrics import BackfillMetrics as AgentBackfillMetrics
 from edge_agent.backfill.store import Totals
@@ -74,7 +76,9 @@ def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     """Exposed sample name -> (type, label names) for every metric class of the project."""
     registry = CollectorRegistry()
     TunnelMetrics(registry, peer_label="agent").live.tunnel_up("site-a", IdleTunnel())
-    ProxyMetrics(registry).observe("edge-gpu-1", 0.01)  # custom collectors: a sample each
+    proxy = ProxyMetrics(registry)
+    proxy.observe("edge-gpu-1", 0.01)  # custom collectors: a sample each
+    proxy.watch_pool(StreamPool(1, 1.0, time.monotonic))
     L3Metrics(registry).traffic("to_agent", "site-a").count(100)  # a custom collector: a sample
     HostsMetrics(registry)
     GatewayMetrics(registry)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from cloud_gateway.proxy import stream_pool
-from cloud_gateway.proxy.stream_pool import PER_TARGET, StreamPool
+from cloud_gateway.proxy.stream_pool import StreamPool
 from raven.transport.stream import ByteStream
 from tests.helpers import wait_for
 
 IDLE_S = 90.0
+PER_TARGET = 4
 
 
 class FakeStream:
@@ -38,7 +39,7 @@ class Clock:
 
 
 def pool_of(max_idle: int = 100, clock: Clock | None = None) -> StreamPool:
-    return StreamPool(max_idle, IDLE_S, clock or Clock())
+    return StreamPool(max_idle, IDLE_S, clock or Clock(), per_target=PER_TARGET)
 
 
 def put(pool: StreamPool, key: tuple[str, int], stream: FakeStream) -> None:

@@ -1,0 +1,58 @@
+"""CopyingReader: reads land in the thread's buffer, data_received gets bytes of their own
+(kept safely past the next read), over the standard event loop's real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+from raven.transport.read_buffer import READ_BYTES, CopyingReader
+
+
+class Collect(CopyingReader):
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.eof = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def eof_received(self) -> bool:
+        self.eof.set_result(None)
+        return False
+
+
+async def test_chunks_are_bytes_of_their_own_size() -> None:
+    reader = Collect()
+    buffer = reader.get_buffer(-1)
+    assert len(buffer) == READ_BYTES
+    buffer[:5] = b"hello"
+    reader.buffer_updated(5)
+    buffer[:5] = b"world"  # the next read reuses the buffer
+    reader.buffer_updated(3)
+    assert reader.chunks == [b"hello", b"wor"]
+    assert all(type(c) is bytes for c in reader.chunks)
+
+
+async def test_a_real_connection_delivers_every_byte_in_order() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB: several reads of the shared buffer
+    loop = asyncio.get_running_loop()
+    received: list[Collect] = []
+
+    def factory() -> Collect:
+        received.append(Collect())
+        return received[-1]
+
+    server = await loop.create_server(factory, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(payload)
+        writer.write_eof()
+        await writer.drain()
+        (proto,) = received
+        await asyncio.wait_for(proto.eof, 10)
+        writer.close()
+        assert b"".join(proto.chunks) == payload
+    finally:
+        server.close()
+        await server.wait_closed()
