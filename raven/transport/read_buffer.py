@@ -16,6 +16,7 @@ to.
 from __future__ import annotations
 
 import asyncio
+import mmap
 import threading
 
 __all__ = ["READ_BYTES", "CopyingReader"]
@@ -29,7 +30,9 @@ _local = threading.local()
 def _thread_buffer() -> memoryview:
     buffer: memoryview | None = getattr(_local, "buffer", None)
     if buffer is None:
-        buffer = _local.buffer = memoryview(bytearray(READ_BYTES))
+        # anonymous memory: a page is resident once a read reached it (a bytearray would be
+        # zero-filled, all 256 KiB resident from the start in every process)
+        buffer = _local.buffer = memoryview(mmap.mmap(-1, READ_BYTES))
     return buffer
 
 
