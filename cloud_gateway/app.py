@@ -77,8 +77,8 @@ class GatewayApp:
         # so it is served like the probes: a browser cannot add a bearer token to a page load
         self.admin.add_route("/", self._status_page, public=True)
         self.started_at = time.time()
-        #: the last http_sd body, by (registry generation, port)
-        self._targets_body: tuple[tuple[int, int], bytes] | None = None
+        #: the last http_sd answer, by (registry generation, port)
+        self._targets: tuple[tuple[int, int], AdminResponse] | None = None
         self.backfill: Any = None
         if config.backfill.enabled:
             from cloud_gateway.backfill.receiver import BackfillReceiver
@@ -224,11 +224,9 @@ class GatewayApp:
         # Prometheus asks every refresh_interval (5-60 s): the body (10,000 nodes: over a MB
         # of JSON, tens of ms of the event loop) is written once per change of the registry
         key = (self.registry.generation, int(raw))
-        cached = self._targets_body
-        if cached is None or cached[0] != key:
-            body = AdminResponse.json(self.registry.targets_json(int(raw))).body
-            cached = self._targets_body = (key, body)
-        return AdminResponse(body=cached[1], content_type="application/json; charset=utf-8")
+        if self._targets is None or self._targets[0] != key:
+            self._targets = (key, AdminResponse.json(self.registry.targets_json(int(raw))))
+        return self._targets[1]
 
 
 async def run_gateway(config: GatewayConfig, config_path: str | Path | None = None) -> int:

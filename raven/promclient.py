@@ -159,6 +159,9 @@ def _help_and_type(name: str, documentation: str, kind: str) -> str:
 def _family(metric: Metric, output: list[str]) -> None:
     suffix, kind = _TEXT_TYPES.get(metric.type, ("", metric.type))
     output.append(_help_and_type(metric.name + suffix, metric.documentation, kind))
+    if isinstance(metric, RenderedFamily):
+        output.append(metric.render())
+        return
     om_samples: dict[str, list[str]] = {}
     for sample in metric.samples:
         for om_suffix in _OM_SUFFIXES:
@@ -208,12 +211,7 @@ def render_families(families: Iterable[Metric]) -> bytes:
     output: list[str] = []
     for metric in families:
         try:
-            if isinstance(metric, RenderedFamily):
-                suffix, kind = _TEXT_TYPES.get(metric.type, ("", metric.type))
-                output.append(_help_and_type(metric.name + suffix, metric.documentation, kind))
-                output.append(metric.render())
-            else:
-                _family(metric, output)
+            _family(metric, output)
         except Exception as exc:
             exc.args = (exc.args or ("",)) + (metric,)
             raise

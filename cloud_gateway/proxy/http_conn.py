@@ -37,8 +37,6 @@ class HttpConnection(ClientConnection):
         super().__init__(ctx, slots)
         self._linger = False
         self._idle = False
-        #: a byte of a request arrived on this connection
-        self._used = False
 
     # ------------------------------------------------------------ ClientConnection hooks
     def start(self) -> None:
@@ -60,7 +58,6 @@ class HttpConnection(ClientConnection):
     # ------------------------------------------------------------ between requests
     def _next_request(self) -> None:
         """Start the next request if its head is complete."""
-        self._used = self._used or bool(len(self.buf))
         try:
             head = self.buf.next_head()
         except HttpParseError as exc:
@@ -96,11 +93,12 @@ class HttpConnection(ClientConnection):
     def _header_timeout(self) -> None:
         if self.task is not None:
             return
-        if not self._used and not len(self.buf):
-            # nothing ever sent: a client's spare pooled connection (Go's transport dials
-            # one per waiting request and pools those it did not need) or a port scan. Closed
-            # with a FIN as nginx does, not a 408, which a client that picks the connection
-            # at this moment reads as its request's answer (a failed scrape).
+        if not len(self.buf):
+            # nothing ever sent (the header timer runs with an empty buffer only from the
+            # accept: later ones start at a request's first byte): a client's spare pooled
+            # connection (Go's transport dials one per waiting request and pools those it did
+            # not need) or a port scan. Closed with a FIN as nginx does, not a 408, which a
+            # client that picks the connection at this moment reads as its request's answer.
             self.ctx.metrics.unused_closed.inc()
             self._end()
             return
@@ -168,7 +166,7 @@ class HttpConnection(ClientConnection):
         # a request without a body can be sent again if a kept stream proves stale: it takes
         # one from the pool, and its stream (the target's connection) stays for the next
         # request to that target from any client (stream_pool), whatever this client does
-        pooled = req.body is BodyKind.NONE and ctx.streams.enabled and not ctx.draining
+        pooled = req.body is BodyKind.NONE and ctx.streams.enabled  # closed by a drain
         key = (target.node, target.port)
         stream = ctx.streams.take(key) if pooled else None
         reused = stream is not None

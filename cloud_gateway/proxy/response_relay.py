@@ -37,7 +37,7 @@ class Outcome:
     keep_alive: bool
     status: int
     response_bytes: int
-    #: the stream stays open for the client's next request (not ended, not reset)
+    #: the stream stays open for the next request to its target (not ended, not reset)
     stream_kept: bool = False
 
 
@@ -77,7 +77,7 @@ class ResponseRelay:
         self.started = False
         self.status = 0
         self.sent = 0
-        #: the response allows the stream to carry the client's next request
+        #: the response allows the stream to carry the next request to its target
         self.reusable = False
         self._heads: HeadReader | None = None
         self._framer: BodyFramer | None = None

@@ -1,9 +1,10 @@
 """Heads as the proxy forwards them (pure): origin-form to the target, hop-by-hop headers dropped.
 
 The request goes to the target in origin-form with ``Host: <node>:<port>``, and with
-``Connection: close`` unless the stream is to be kept for the client's next request. Body headers
-(Content-Length, Transfer-Encoding) and end-to-end headers such as Accept-Encoding pass through
-unchanged, so the body bytes are relayed untouched; gzip stays gzip.
+``Connection: close`` unless the stream is to be kept for the next request to the target.
+Body headers (Content-Length, Transfer-Encoding) and end-to-end headers such as
+Accept-Encoding pass through unchanged, so the body bytes are relayed untouched; gzip stays
+gzip.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ _RESPONSE_DROP = frozenset(
 
 def request_head_for_target(req: RequestHead, target: Target, *, keep_alive: bool = False) -> bytes:
     """The request head sent to the target; ``Connection: close`` unless ``keep_alive`` (the
-    stream, and the agent's connection to the target, stay for the client's next request)."""
+    stream, and the agent's connection to the target, stay for the next request to the
+    target from any client: stream_pool)."""
     drop = (
         _REQUEST_DROP | (req.connection_tokens - _KEEP) if req.connection_tokens else _REQUEST_DROP
     )

@@ -40,16 +40,11 @@ class CopyingReader(asyncio.BufferedProtocol):
     """A protocol whose reads land in its thread's shared buffer; subclasses implement
     ``data_received`` as for :class:`asyncio.Protocol` (the bytes are theirs to keep)."""
 
-    _read_into: memoryview | None = None
-
     def get_buffer(self, sizehint: int) -> memoryview:
-        buffer = self._read_into = _thread_buffer()
-        return buffer
+        return _thread_buffer()
 
-    def buffer_updated(self, nbytes: int) -> None:
-        buffer = self._read_into
-        assert buffer is not None
-        self.data_received(bytes(buffer[:nbytes]))
+    def buffer_updated(self, nbytes: int) -> None:  # the same thread as its get_buffer
+        self.data_received(bytes(_thread_buffer()[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         raise NotImplementedError
