@@ -8,11 +8,11 @@ token is read once from a file that group and others cannot read (like a key fil
 
 from __future__ import annotations
 
-import hmac
 import stat
 from pathlib import Path
 
 from raven.keys import KeyError_
+from raven.protocol.blake2s import bytes_eq
 
 #: Shortest token accepted (bytes of text): a guessable one is refused at start.
 MIN_TOKEN_BYTES = 16
@@ -45,4 +45,4 @@ def bearer_matches(header: str, token: bytes) -> bool:
     scheme, _, credentials = header.strip().partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(credentials.strip().encode("ascii", "replace"), token)
+    return bytes_eq(credentials.strip().encode("ascii", "replace"), token)

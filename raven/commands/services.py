@@ -41,12 +41,17 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from edge_agent.app import run_agent
-    from raven.config.agent import load_agent_config
+    from raven.config.agent import AgentConfig, load_agent_config
+    from raven.without_ssl import forgo_ssl
 
-    return _run_service(
-        args, "agent", load_agent_config, run_agent, event_loop=lambda c: c.event_loop
-    )
+    def main(config: AgentConfig) -> Coroutine[Any, Any, int]:
+        if not config.needs_ssl:  # before anything imports asyncio (raven.cli.run_async)
+            forgo_ssl()
+        from edge_agent.app import run_agent
+
+        return run_agent(config)
+
+    return _run_service(args, "agent", load_agent_config, main, event_loop=lambda c: c.event_loop)
 
 
 class _ServiceConfig(Protocol):

@@ -169,6 +169,15 @@ class AgentConfig:
         default="asyncio",
     )
 
+    @property
+    def needs_ssl(self) -> bool:
+        """Whether this agent may speak TLS or load a library that imports ``ssl`` outright:
+        the Kubernetes API client (node source, Services, the GPU exporter's pod mapping)
+        and uvloop. Without them the agent runs without ``ssl`` (`raven.without_ssl`)."""
+        k8s = self.kubernetes
+        uses_api = k8s.enabled or bool(k8s.services) or self.gpu_exporter.kubernetes
+        return uses_api or self.event_loop != "asyncio"
+
     def __post_init__(self) -> None:
         check_hostport("gateway", self.gateway)
         if self.event_loop not in EVENT_LOOPS:

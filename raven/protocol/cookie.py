@@ -22,11 +22,10 @@ responder's order of checks: docs/protocol-handshake.md.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
+import random
 from collections.abc import Callable
 
+from raven.protocol.blake2s import bytes_eq, hash_, keyed_mac
 from raven.protocol.constants import TAG_BYTES
 from raven.protocol.errors import HandshakeRejected
 from raven.protocol.xchacha import (
@@ -68,21 +67,23 @@ COOKIE_REPLY_BYTES = 1 + XNONCE_BYTES + COOKIE_BYTES + TAG_BYTES
 COOKIE_SECRET_LIFETIME_S = 120.0
 
 _NO_MAC2 = bytes(MAC_BYTES)
+#: Rm's source by default: os.urandom (what secrets.token_bytes is).
+_SYSTEM_RANDOM = random.SystemRandom()
 
 
 def mac(key: bytes, data: bytes) -> bytes:
     """Keyed BLAKE2s, 16-byte digest."""
-    return hashlib.blake2s(data, key=key, digest_size=MAC_BYTES).digest()
+    return keyed_mac(key, data, MAC_BYTES)
 
 
 def mac1_key(responder_static: bytes) -> bytes:
     """HASH(LABEL_MAC1 || responder static public key)."""
-    return hashlib.blake2s(LABEL_MAC1 + responder_static).digest()
+    return hash_(LABEL_MAC1 + responder_static)
 
 
 def cookie_key(responder_static: bytes) -> bytes:
     """HASH(LABEL_COOKIE || responder static public key): encrypts cookie replies."""
-    return hashlib.blake2s(LABEL_COOKIE + responder_static).digest()
+    return hash_(LABEL_COOKIE + responder_static)
 
 
 def append_macs(noise_message: bytes, key1: bytes, cookie: bytes | None) -> bytes:
@@ -99,7 +100,7 @@ def check_mac1(message: bytes, key1: bytes) -> None:
         raise HandshakeRejected("initiation too short for its MACs", "malformed")
     body_end = len(message) - MACS_BYTES
     expected = mac(key1, message[:body_end])
-    if not hmac.compare_digest(expected, message[body_end : body_end + MAC_BYTES]):
+    if not bytes_eq(expected, message[body_end : body_end + MAC_BYTES]):
         raise HandshakeRejected(
             "initiation has a bad mac1 (not made for this gateway's public key)", "bad_mac1"
         )
@@ -107,7 +108,7 @@ def check_mac1(message: bytes, key1: bytes) -> None:
 
 def _mac2_of(message: bytes, cookie: bytes) -> bool:
     mac2_at = len(message) - MAC_BYTES
-    return hmac.compare_digest(mac(cookie, message[:mac2_at]), message[mac2_at:])
+    return bytes_eq(mac(cookie, message[:mac2_at]), message[mac2_at:])
 
 
 class CookieResponder:
@@ -120,7 +121,7 @@ class CookieResponder:
         static_public: bytes,
         *,
         under_load: Callable[[], bool] | None = None,
-        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+        random_bytes: Callable[[int], bytes] = _SYSTEM_RANDOM.randbytes,
     ) -> None:
         self.mac1_key = mac1_key(static_public)
         self._cookie_key = cookie_key(static_public)

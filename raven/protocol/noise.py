@@ -4,7 +4,7 @@ The objects carry the spec's names (section 5): :class:`CipherState`,
 :class:`SymmetricState` (both in `raven.protocol.noise_crypto`, with the crypto functions,
 re-exported here) and :class:`HandshakeState`, with the spec's methods in snake case
 (``EncryptWithAd`` -> ``encrypt_with_ad``). Built on ``cryptography`` (X25519,
-ChaCha20-Poly1305, AES-256-GCM) and :mod:`hashlib` BLAKE2s with :mod:`hmac`. The cipher is
+ChaCha20-Poly1305, AES-256-GCM) and BLAKE2s with HMAC (`raven.protocol.blake2s`). The cipher is
 the protocol name's: ``Noise_IKpsk2_25519_AESGCM_BLAKE2s`` runs AESGCM.
 
 Supported handshake patterns: the one-way patterns N, K, X and the interactive
@@ -38,6 +38,7 @@ from raven.protocol.noise_crypto import (
     SymmetricState,
     dh,
     generate_keypair,
+    generate_private_key,
     hkdf,
     private_key,
     public_key,
@@ -288,7 +289,7 @@ class HandshakeState:
                     self._e = private_key(self._fixed_e)
                     self._fixed_e = None
                 else:
-                    self._e = X25519PrivateKey.generate()
+                    self._e = generate_private_key()
                 self._e_pub = self._e.public_key().public_bytes_raw()
                 out += self._e_pub
                 ss.mix_hash(self._e_pub)

@@ -8,14 +8,13 @@ nonce is 4 zero bytes and the 64-bit counter little-endian, AESGCM's the counter
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import struct
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
+from raven.protocol.blake2s import HASH_BYTES, hash_, hmac_
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, TAG_BYTES
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
@@ -23,7 +22,7 @@ from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 #: Size of an X25519 public key and of a DH output (the spec's name for KEY_BYTES).
 DHLEN = KEY_BYTES
 #: BLAKE2s output size.
-HASHLEN = 32
+HASHLEN = HASH_BYTES
 #: BLAKE2s block size (HMAC).
 BLOCKLEN = 64
 #: Reserved nonce: never used to encrypt a message; used by ``rekey``.
@@ -38,6 +37,23 @@ CIPHERS: dict[str, tuple[type[ChaCha20Poly1305] | type[AESGCM], struct.Struct]] 
 DEFAULT_CIPHER = "ChaChaPoly"
 _ZEROS32 = bytes(32)
 
+# X25519 from the functions of cryptography's Rust module that its public classmethods
+# (X25519PrivateKey.generate and from_private_bytes, X25519PublicKey.from_public_bytes) call
+# after asking its OpenSSL backend whether X25519 is supported: the backend's first import
+# loads cffi, its hash, EC and x509 OID modules, 1.2 MiB of an agent's RSS (issue 12). The
+# public classmethods stay the fallback should the binding move.
+try:
+    from cryptography.hazmat.bindings._rust import openssl as _rust_openssl
+
+    _x25519 = _rust_openssl.x25519
+    _generate_key = _x25519.generate_key
+    _from_private_bytes = _x25519.from_private_bytes
+    _from_public_bytes = _x25519.from_public_bytes
+except (ImportError, AttributeError):  # pragma: no cover - another cryptography layout
+    _generate_key = X25519PrivateKey.generate
+    _from_private_bytes = X25519PrivateKey.from_private_bytes
+    _from_public_bytes = X25519PublicKey.from_public_bytes
+
 # --- Crypto functions (spec section 4) ---------------------------------------------------
 
 
@@ -48,15 +64,20 @@ def public_key(private: bytes) -> bytes:
 
 def generate_keypair() -> tuple[bytes, bytes]:
     """A fresh ``(private, public)`` X25519 key pair from the OS CSPRNG."""
-    key = X25519PrivateKey.generate()
+    key = generate_private_key()
     private = key.private_bytes_raw()
     return private, key.public_key().public_bytes_raw()
+
+
+def generate_private_key() -> X25519PrivateKey:
+    """A fresh X25519 private key from the OS CSPRNG."""
+    return _generate_key()
 
 
 def private_key(private: bytes) -> X25519PrivateKey:
     if len(private) != DHLEN:
         raise ValueError(f"an X25519 private key is {DHLEN} bytes, got {len(private)}")
-    return X25519PrivateKey.from_private_bytes(private)
+    return _from_private_bytes(private)
 
 
 class _Count:
@@ -79,28 +100,20 @@ def dh(private: X25519PrivateKey, public: bytes) -> bytes:
     """DH(key_pair, public_key). A low-order peer key (all-zero output) is the peer's fault."""
     _DH_DONE.n += 1
     try:
-        return private.exchange(X25519PublicKey.from_public_bytes(public))
+        return private.exchange(_from_public_bytes(public))
     except ValueError:
         raise RemoteProtocolError("peer sent a low-order X25519 public key") from None
 
 
-def _hmac(key: bytes, data: bytes) -> bytes:
-    return hmac.digest(key, data, hashlib.blake2s)
-
-
 def hkdf(chaining_key: bytes, input_key_material: bytes, num_outputs: int) -> tuple[bytes, ...]:
     """HKDF(chaining_key, input_key_material, num_outputs) with HMAC-BLAKE2s (spec 4.3)."""
-    temp_key = _hmac(chaining_key, input_key_material)
-    output1 = _hmac(temp_key, b"\x01")
-    output2 = _hmac(temp_key, output1 + b"\x02")
+    temp_key = hmac_(chaining_key, input_key_material)
+    output1 = hmac_(temp_key, b"\x01")
+    output2 = hmac_(temp_key, output1 + b"\x02")
     if num_outputs == 2:
         return output1, output2
-    output3 = _hmac(temp_key, output2 + b"\x03")
+    output3 = hmac_(temp_key, output2 + b"\x03")
     return output1, output2, output3
-
-
-def _hash(data: bytes) -> bytes:
-    return hashlib.blake2s(data).digest()
 
 
 # --- CipherState (spec 5.1) -----------------------------------------------------------------
@@ -251,7 +264,7 @@ class SymmetricState:
         if len(protocol_name) <= HASHLEN:
             self.h = protocol_name.ljust(HASHLEN, b"\x00")
         else:
-            self.h = _hash(protocol_name)
+            self.h = hash_(protocol_name)
         self.ck = self.h
         self.cipher = cipher
         self.cipher_state = CipherState(None, cipher)
@@ -261,7 +274,7 @@ class SymmetricState:
         self.cipher_state.initialize_key(temp_k)
 
     def mix_hash(self, data: bytes) -> None:
-        self.h = _hash(self.h + data)
+        self.h = hash_(self.h + data)
 
     def mix_key_and_hash(self, input_key_material: bytes) -> None:
         self.ck, temp_h, temp_k = hkdf(self.ck, input_key_material, 3)

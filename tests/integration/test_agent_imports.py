@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,6 +31,11 @@ HEAVY = {
     "cryptography.hazmat.primitives.serialization", "raven.config.gateway", "raven.kube",
     "edge_agent.backfill", "edge_agent.tun", "edge_agent.nodes_k8s",
     "uvloop",  # event_loop: asyncio by default (docs/operations.md)
+    "ssl", "_ssl",  # raven.without_ssl: 4.4 MiB (libssl, libcrypto, ssl's enums)
+    "hashlib", "_hashlib", "hmac",  # raven.protocol.blake2s: 3.4 MiB (the system's libcrypto)
+    # noise_crypto's X25519 from cryptography's Rust functions: 1.2 MiB (its OpenSSL backend)
+    "cryptography.hazmat.backends",
+    "shutil", "bz2", "lzma",  # raven.cli.HelpFormatter: 0.4 MiB
 }  # fmt: skip
 
 #: Writes the agent's modules and threads when it exits, then runs `raven agent` as the
@@ -38,8 +44,9 @@ AGENT = """
 import atexit, json, sys, threading
 def dump():
     with open(sys.argv[1], "w") as f:
-        json.dump({"modules": sorted(sys.modules),
-                   "threads": [t.name for t in threading.enumerate()]}, f)
+        json.dump({"modules": sorted(m for m, v in sys.modules.items() if v is not None),
+                   "threads": [t.name for t in threading.enumerate()],
+                   "maps": open("/proc/self/maps").read()}, f)
 atexit.register(dump)
 from raven.cli import main
 sys.exit(main(["agent", "-c", sys.argv[2]]))
@@ -57,8 +64,9 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.
     raise AssertionError(f"{url} did not answer in {timeout_s}s")
 
 
-@pytest.mark.integration
-def test_a_plain_agent_imports_no_heavy_module(tmp_path: Path) -> None:
+def run_agent(tmp_path: Path, **extra: object) -> dict[str, Any]:
+    """Start `raven agent` with a one-node config (plus ``extra``), stop it once healthy;
+    its modules, threads and memory maps."""
     agent, gw = KeyPair(tmp_path, "agent"), KeyPair(tmp_path, "gw")
     admin = free_port()
     config = {
@@ -68,6 +76,7 @@ def test_a_plain_agent_imports_no_heavy_module(tmp_path: Path) -> None:
         "nodes": {"edge-gpu-1": "127.0.0.1"},
         "allowed_ports": [9400],
         "admin_listen": f"127.0.0.1:{admin}",
+        **extra,
     }
     (tmp_path / "agent.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "modules.json"
@@ -82,7 +91,13 @@ def test_a_plain_agent_imports_no_heavy_module(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr.decode()[-2000:]
-    loaded = json.loads(out.read_text())
+    loaded: dict[str, Any] = json.loads(out.read_text())
+    return loaded
+
+
+@pytest.mark.integration
+def test_a_plain_agent_imports_no_heavy_module(tmp_path: Path) -> None:
+    loaded = run_agent(tmp_path)
     modules = set(loaded["modules"])
     heavy = {m for m in modules if m in HEAVY or m.rsplit(".", 1)[0] in HEAVY
              or m.split(".")[0] in HEAVY}  # fmt: skip
@@ -90,3 +105,12 @@ def test_a_plain_agent_imports_no_heavy_module(tmp_path: Path) -> None:
     assert loaded["threads"] == ["MainThread"]
     # what it does use is there (the test reads the right process)
     assert {"edge_agent.app", "raven.promclient", "cryptography"} <= modules
+    maps = loaded["maps"]
+    assert "libssl" not in maps and "libcrypto.so" not in maps, "the system's OpenSSL is mapped"
+
+
+@pytest.mark.integration
+def test_an_agent_on_uvloop_keeps_ssl(tmp_path: Path) -> None:
+    """uvloop imports ssl outright: such an agent is not run without it (needs_ssl)."""
+    loaded = run_agent(tmp_path, event_loop="uvloop")
+    assert {"uvloop", "ssl"} <= set(loaded["modules"])

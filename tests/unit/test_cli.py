@@ -121,3 +121,25 @@ def test_run_async_runs_on_the_chosen_event_loop(event_loop: str, module: str) -
         return 0 if await loop_module() == module else 1
 
     assert run_async(main(), event_loop) == 0
+
+
+def test_help_wraps_at_the_terminal_width_without_shutil(monkeypatch: pytest.MonkeyPatch) -> None:
+    """raven.cli's HelpFormatter finds the width as shutil.get_terminal_size does (COLUMNS,
+    else stdout's terminal, else 80): argparse's own would import shutil (zlib, bz2, lzma)."""
+    from raven.cli import terminal_columns
+
+    monkeypatch.setenv("COLUMNS", "60")
+    assert terminal_columns() == 60
+    monkeypatch.setenv("COLUMNS", "wide")  # not a number: stdout's terminal
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((132, 40)))
+    assert terminal_columns() == 132
+
+    def no_terminal(fd: int) -> os.terminal_size:
+        raise OSError(25, "Inappropriate ioctl for device")
+
+    monkeypatch.setattr(os, "get_terminal_size", no_terminal)
+    assert terminal_columns() == 80
+    proc = run("agent", "--help", env={"COLUMNS": "60"})
+    assert proc.returncode == 0
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 60
+    assert "usage: raven agent" in proc.stdout

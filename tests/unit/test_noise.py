@@ -296,3 +296,27 @@ def test_a_released_cipher_state_makes_its_aead_again_with_the_same_key_and_nonc
     empty = CipherState()
     empty.release()
     assert empty.encrypt_with_ad(b"", b"plain") == b"plain"  # no key: unchanged, as before
+
+
+def test_x25519_from_the_rust_functions_is_cryptographys_public_x25519() -> None:
+    """noise_crypto calls cryptography's Rust X25519 functions directly (not the public
+    classmethods, whose first call imports the whole OpenSSL backend): same keys, same DH."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import (
+        X25519PrivateKey,
+        X25519PublicKey,
+    )
+
+    from raven.protocol.noise_crypto import dh, generate_private_key, private_key
+
+    ours = generate_private_key()
+    theirs = X25519PrivateKey.generate()
+    raw = ours.private_bytes_raw()
+    same = private_key(raw)
+    assert isinstance(ours, X25519PrivateKey) and isinstance(same, X25519PrivateKey)
+    assert same.public_key().public_bytes_raw() == (
+        X25519PrivateKey.from_private_bytes(raw).public_key().public_bytes_raw()
+    )
+    their_pub = theirs.public_key().public_bytes_raw()
+    assert dh(ours, their_pub) == theirs.exchange(
+        X25519PublicKey.from_public_bytes(ours.public_key().public_bytes_raw())
+    )
