@@ -84,8 +84,9 @@ class ClientConnection(asyncio.Protocol):
         self.buf = HeadReader(ctx.config.max_header_bytes)
         self.eof = self.lost = False
         self.writing_paused = False
-        #: the request (HTTP) or the relay (TLS) in flight, if any
-        self.task: asyncio.Task[typing.Any] | None = None
+        #: the request (HTTP) or the relay (TLS) in flight, if any: its task, or the future of
+        #: a request served by callbacks (what a drain waits for, and cancels past its grace)
+        self.task: asyncio.Future[typing.Any] | None = None
         #: the response relay of the request in flight, if any
         self.response: ResponseSink | None = None
         self._pause_mark = ctx.config.max_header_bytes + READ_BYTES

@@ -11,6 +11,7 @@ short body is never passed off as whole.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cloud_gateway.proxy.context import ProxyContext
@@ -117,42 +118,93 @@ class Exchange:
 
     async def run(self, stream: ByteStream, timeout_s: float) -> Outcome:
         """Forward over ``stream``; raises ProxyError (nothing sent yet) or CutConnection."""
-        clean = kept = False
+        outcome: Outcome | None = None
         try:
             async with asyncio.timeout(timeout_s):
                 await self._send_request(stream)
                 outcome = await self._relay_response(stream)
-            clean = True
-            assert self.relay is not None
-            kept = outcome.stream_kept = self.relay.reusable and stream.reusable()
             return outcome
-        except TimeoutError:
-            detail = f"{self.target.authority} did not answer within {timeout_s:g}s"
-            raise self._failure(ProxyError(ErrorKind.SCRAPE_TIMEOUT, detail)) from None
-        except StreamResetError as exc:
-            detail = f"{self.target.authority}: {exc.code.label} {exc.reason}".rstrip()
-            raise self._failure(ProxyError(ErrorKind.TARGET_RESET, detail)) from None
-        except HttpParseError as exc:
-            raise self._failure(exc) from None
-        except OSError as exc:
-            error = ProxyError(ErrorKind.CLIENT_GONE, str(exc) or type(exc).__name__)
-            raise CutConnection(error, 499, self._sent()) from None
+        except (TimeoutError, StreamResetError, HttpParseError, OSError) as exc:
+            raise self.error_for(exc, timeout_s) from None
         finally:
-            self.client.response = None
-            stream.detach()
-            if kept:
-                pass  # idle, whole, owned by the client connection for its next request
-            elif clean:  # the response is complete: END our side, the peer ends its own
-                stream.end()
-                stream.close()
+            self._release(stream, outcome)
+
+    def start(
+        self,
+        stream: ByteStream,
+        timeout_s: float,
+        on_done: Callable[[Outcome | BaseException], None],
+    ) -> bool:
+        """:meth:`run` without a task, for a bodiless request: the head goes out now and the
+        response is relayed by callbacks under one timer; ``on_done`` gets the Outcome or what
+        :meth:`run` would raise (a CancelledError after :meth:`cancel`). False, and nothing
+        sent, when the stream has no credit for the head now (:meth:`run` waits for it)."""
+        head = request_head_for_target(self.req, self.target, keep_alive=self.keep_stream)
+        if not stream.try_send(head):
+            return False
+        relay = self._attach_relay(stream)
+        timer = asyncio.get_running_loop().call_later(
+            timeout_s, relay.fail, TimeoutError()
+        )  # fmt: skip
+
+        def finish(done: asyncio.Future[Outcome]) -> None:
+            timer.cancel()
+            outcome = None if done.cancelled() or done.exception() else done.result()
+            self._release(stream, outcome)
+            if outcome is not None:
+                on_done(outcome)
+            elif done.cancelled():
+                on_done(asyncio.CancelledError())
             else:
-                stream.reset(StreamCode.CANCELLED, "proxy request aborted")
-                stream.close()
+                exc = done.exception()
+                assert exc is not None
+                on_done(self.error_for(exc, timeout_s))
+
+        relay.done.add_done_callback(finish)
+        return True
+
+    def cancel(self) -> None:
+        """End a :meth:`start`-ed exchange now (a drain past its grace): ``on_done`` gets a
+        CancelledError."""
+        if self.relay is not None:
+            self.relay.done.cancel()
+
+    def error_for(self, exc: BaseException, timeout_s: float) -> BaseException:
+        """What a failure of the exchange becomes: ProxyError before the response started,
+        CutConnection after (and when the client went away); anything else as it is."""
+        if isinstance(exc, TimeoutError):
+            detail = f"{self.target.authority} did not answer within {timeout_s:g}s"
+            return self._failure(ProxyError(ErrorKind.SCRAPE_TIMEOUT, detail))
+        if isinstance(exc, StreamResetError):
+            detail = f"{self.target.authority}: {exc.code.label} {exc.reason}".rstrip()
+            return self._failure(ProxyError(ErrorKind.TARGET_RESET, detail))
+        if isinstance(exc, HttpParseError):
+            return self._failure(exc)
+        if isinstance(exc, OSError):
+            error = ProxyError(ErrorKind.CLIENT_GONE, str(exc) or type(exc).__name__)
+            return CutConnection(error, 499, self._sent())
+        return exc
+
+    def _release(self, stream: ByteStream, outcome: Outcome | None) -> None:
+        """After the exchange (``outcome`` None: it failed): the stream is kept for the next
+        request to the target when whole and idle, else ENDed after a complete response,
+        else reset."""
+        self.client.response = None
+        stream.detach()
+        if outcome is not None:
+            assert self.relay is not None
+            outcome.stream_kept = self.relay.reusable and stream.reusable()
+            if outcome.stream_kept:
+                return  # idle and whole: the caller keeps it for the next request
+            stream.end()  # the response is complete: END our side, the peer ends its own
+        else:
+            stream.reset(StreamCode.CANCELLED, "proxy request aborted")
+        stream.close()
 
     def _sent(self) -> int:
         return 0 if self.relay is None else self.relay.sent
 
-    def _failure(self, error: ProxyError) -> Exception:
+    def _failure(self, error: ProxyError) -> ProxyError | CutConnection:
         if not self.started:
             return error
         assert self.relay is not None
@@ -186,9 +238,12 @@ class Exchange:
                 raise ConnectionResetError("client closed the connection mid-body")
 
     async def _relay_response(self, stream: ByteStream) -> Outcome:
+        return await self._attach_relay(stream).done
+
+    def _attach_relay(self, stream: ByteStream) -> ResponseRelay:
         relay = self.relay = ResponseRelay(self.client, stream, self.req,
                                            keep_stream=self.keep_stream,
                                            ctx=self.ctx)  # fmt: skip
         self.client.attach_response(relay)
         stream.attach(relay)
-        return await relay.done
+        return relay

@@ -14,20 +14,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from contextlib import ExitStack
 
-from cloud_gateway.proxy.client_conn import ClientConnection, ConnectionSlots
+from cloud_gateway.proxy.client_conn import ClientConnection, ConnectionSlots, log
 from cloud_gateway.proxy.context import UNKNOWN_MODE, ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError, ProxyError, error_response
 from cloud_gateway.proxy.exchange import CutConnection, Exchange, open_target
 from cloud_gateway.proxy.heads import BodyKind, RequestHead, parse_request_head
 from cloud_gateway.proxy.relay import relay
+from cloud_gateway.proxy.response_relay import Outcome
 from cloud_gateway.proxy.target import Mode, Target, resolve_target
+from raven.logs import fields
+from raven.transport.stream import ByteStream
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 #: How a kept stream whose target connection went away while idle fails before any response
 #: byte (the agent's END or a reset): the request, which had no body, is sent again once on a
 #: new stream, as HTTP/1.1 clients do on a reused connection.
 _STALE = frozenset({ErrorKind.TARGET_RESET, ErrorKind.BAD_RESPONSE})
+_TIMEOUT_HEADER = b"x-prometheus-scrape-timeout-seconds"
 
 
 class HttpConnection(ClientConnection):
@@ -57,34 +62,45 @@ class HttpConnection(ClientConnection):
 
     # ------------------------------------------------------------ between requests
     def _next_request(self) -> None:
-        """Start the next request if its head is complete."""
-        try:
-            head = self.buf.next_head()
-        except HttpParseError as exc:
-            self._fail(exc, UNKNOWN_MODE, close=True)
-            self._end()
-            return
-        if head is None:
-            if self.eof:
+        """Serve the requests whose heads are complete, in order, until one is in flight (its
+        task, or a kept stream's callbacks: `finished` goes on from there) or the connection
+        ends. A loop, not recursion: a client may pipeline any number of refused requests."""
+        while True:
+            try:
+                head = self.buf.next_head()
+            except HttpParseError as exc:
+                self._fail(exc, UNKNOWN_MODE, close=True)
                 self._end()
-            return
-        self.disarm()
-        self.reading_room()
-        self.spawn(self._serve(head))
+                return
+            if head is None:
+                if self.eof:
+                    self._end()
+                return
+            self.disarm()
+            self.reading_room()
+            keep = self._begin(head)
+            if keep is None or not self._between(keep):
+                return
 
     def finished(self, result: object) -> None:
         """The request's task ended: ``result`` is True to keep the connection."""
-        if not result or self.lost:
+        if self._between(bool(result)):
+            self._next_request()
+
+    def _between(self, keep: bool) -> bool:
+        """A request is done: True when the next head may already be buffered."""
+        if not keep or self.lost:
             self._end()
         elif len(self.buf):  # a pipelined request, or part of one
             self.arm(self.ctx.config.header_timeout_s, self._header_timeout)
-            self._next_request()
+            return True
         elif self.eof or self.ctx.draining:
             self._end()
         else:
             self._idle = True
             self.ctx.idle.add(self)
             self.arm(self.ctx.config.idle_timeout_s, self._end)
+        return False
 
     def _leave_idle(self) -> None:
         self._idle = False
@@ -130,9 +146,10 @@ class HttpConnection(ClientConnection):
             self.write(error_response(exc.kind, exc.detail, close=close))
             self._linger = self._linger or close
 
-    # ------------------------------------------------------------ one request (its task)
-    async def _serve(self, head: bytes) -> bool:
-        """Handle one request; True to keep the connection for the next one."""
+    # ------------------------------------------------------------ one request
+    def _begin(self, head: bytes) -> bool | None:
+        """Start one request: None while it is in flight, else whether to keep the
+        connection (it was answered at once: a bad head, an unknown target, a limit)."""
         try:
             req = parse_request_head(head)
         except HttpParseError as exc:
@@ -145,30 +162,100 @@ class HttpConnection(ClientConnection):
             close = not req.keep_alive or req.body is not BodyKind.NONE or req.method == "CONNECT"
             self._fail(exc, mode, close=close)
             return not close
-        with contextlib.ExitStack() as slot:
+        with contextlib.ExitStack() as stack:
             try:
-                slot.enter_context(self.ctx.admit(self.client, target.node))
+                stack.enter_context(self.ctx.admit(self.client, target.node))
             except ProxyError as exc:  # over a limit: 429/503 with Retry-After
                 connect = target.mode is Mode.CONNECT
                 close = not req.keep_alive or req.body is not BodyKind.NONE or connect
                 self._fail(exc, target.mode.value, target.node, close=close)
                 return not close
-            if target.mode is Mode.CONNECT:
-                await self._connect(target)
-                return False
-            return await self._forward(req, target)
+            slot = stack.pop_all()  # released when the request is done
+        if target.mode is Mode.CONNECT:
+            self.spawn(self._connect(target, slot))
+        elif not self._on_kept_stream(req, target, slot):
+            self.spawn(self._forward(req, target, slot, time.monotonic()))
+        return None
 
-    async def _forward(self, req: RequestHead, target: Target) -> bool:
+    def _on_kept_stream(self, req: RequestHead, target: Target, slot: ExitStack) -> bool:
+        """Serve a bodiless request on a kept stream of its target (stream_pool) by callbacks:
+        no task, one timer (Exchange.start). False: the task path serves it (no kept
+        stream, a body, or no credit for the head now)."""
         ctx = self.ctx
-        start = time.monotonic()  # full resolution (uvloop's loop.time() is in ms)
-        timeout_s = ctx.scrape_timeout(req.header(b"x-prometheus-scrape-timeout-seconds"))
+        if req.body is not BodyKind.NONE or not ctx.streams.enabled:
+            return False
+        key = (target.node, target.port)
+        stream = ctx.streams.take(key)
+        if stream is None:
+            return False
+        start = time.monotonic()
+        exchange = Exchange(ctx, self, req, target, keep_stream=True)
+        inflight: asyncio.Future[None] = self.loop.create_future()
+
+        def done(result: Outcome | BaseException) -> None:
+            if not inflight.done():
+                inflight.set_result(None)
+            self.task = None
+            self._kept_stream_done(exchange, stream, slot, start, result)
+
+        timeout_s = ctx.scrape_timeout(req.header(_TIMEOUT_HEADER))
+        if not exchange.start(stream, timeout_s, done):
+            ctx.streams.put(key, stream)  # the task waits for its credit
+            return False
+        self.task = inflight  # what a drain waits for, and cancels past its grace
+        inflight.add_done_callback(lambda f: exchange.cancel() if f.cancelled() else None)
+        return True
+
+    def _kept_stream_done(
+        self,
+        exchange: Exchange,
+        stream: ByteStream,
+        slot: ExitStack,
+        start: float,
+        result: Outcome | BaseException,
+    ) -> None:
+        req, target = exchange.req, exchange.target
+        if isinstance(result, ProxyError) and result.kind in _STALE and not exchange.started:
+            # the kept connection had gone: once afresh, on a new stream (the task path)
+            self.spawn(self._forward(req, target, slot, start, fresh=True))
+            return
+        with slot:
+            if isinstance(result, Outcome):
+                self._succeeded(target, stream, result, start)
+                keep = result.keep_alive
+            elif isinstance(result, asyncio.CancelledError):
+                if exchange.started:  # a drain past its grace cuts the answer: visibly
+                    self.abort()
+                keep = False
+            else:
+                keep = self._failed(result, target, close_on_error=True)
+        self.finished(keep)
+
+    async def _forward(
+        self,
+        req: RequestHead,
+        target: Target,
+        slot: ExitStack,
+        start: float,
+        *,
+        fresh: bool = False,
+    ) -> bool:
+        """The task path: open a stream (or take a kept one) and forward under the deadline;
+        ``fresh``: a kept stream proved stale, this is the one retry."""
+        with slot:
+            return await self._forward_on(req, target, start, fresh)
+
+    async def _forward_on(
+        self, req: RequestHead, target: Target, start: float, fresh: bool
+    ) -> bool:
+        ctx = self.ctx
+        timeout_s = ctx.scrape_timeout(req.header(_TIMEOUT_HEADER))
         close_on_error = not req.keep_alive or req.body is not BodyKind.NONE or ctx.draining
         # a request without a body can be sent again if a kept stream proves stale: it takes
         # one from the pool, and its stream (the target's connection) stays for the next
         # request to that target from any client (stream_pool), whatever this client does
         pooled = req.body is BodyKind.NONE and ctx.streams.enabled  # closed by a drain
-        key = (target.node, target.port)
-        stream = ctx.streams.take(key) if pooled else None
+        stream = ctx.streams.take((target.node, target.port)) if pooled and not fresh else None
         reused = stream is not None
         while True:
             exchange = Exchange(ctx, self, req, target, keep_stream=pooled)
@@ -185,29 +272,49 @@ class HttpConnection(ClientConnection):
                 if exchange.started:  # a drain past its grace cuts the answer: visibly
                     self.abort()
                 raise
-            except CutConnection as cut:
-                ctx.record_error(cut.error, target.mode.value, self.peer, target.node, cut.status)
-                ctx.metrics.response_bytes.inc(cut.response_bytes)
-                self.abort()
-                return False
-            except ProxyError as exc:
+            except (CutConnection, ProxyError) as exc:
                 retry = reused and not exchange.started and req.body is BodyKind.NONE
-                if retry and exc.kind in _STALE:
+                if retry and isinstance(exc, ProxyError) and exc.kind in _STALE:
                     reused, stream = False, None  # the kept connection had gone: once afresh
                     continue
-                self._fail(exc, target.mode.value, target.node, close=True)
-                return False
+                return self._failed(exc, target, close_on_error=True)
             break
+        self._succeeded(target, stream, outcome, start)
+        return outcome.keep_alive
+
+    def _succeeded(
+        self, target: Target, stream: ByteStream, outcome: Outcome, start: float
+    ) -> None:
+        ctx = self.ctx
         if outcome.stream_kept:
-            ctx.streams.put(key, stream)
+            ctx.streams.put((target.node, target.port), stream)
         ctx.metrics.request(target.mode.value, outcome.status)
         ctx.metrics.response_bytes.inc(outcome.response_bytes)
         seconds = time.monotonic() - start
         ctx.metrics.observe(target.node, seconds)
         ctx.scrapes.ok(target.node, outcome.status, seconds)
-        return outcome.keep_alive
 
-    async def _connect(self, target: Target) -> None:
+    def _failed(self, exc: BaseException, target: Target, *, close_on_error: bool) -> bool:
+        """An exchange failed: record, answer or cut; False (the connection closes)."""
+        if isinstance(exc, CutConnection):
+            self.ctx.record_error(exc.error, target.mode.value, self.peer, target.node,
+                                  exc.status)  # fmt: skip
+            self.ctx.metrics.response_bytes.inc(exc.response_bytes)
+            self.abort()
+            return False
+        if isinstance(exc, ProxyError):
+            self._fail(exc, target.mode.value, target.node, close=close_on_error)
+            return False
+        log.error("proxy connection failed", exc_info=exc, extra=fields(peer=self.peer))
+        self.abort()  # a bug, as a task's would be (ClientConnection._task_done)
+        return False
+
+    async def _connect(self, target: Target, slot: ExitStack) -> bool:
+        with slot:
+            await self._connect_on(target)
+        return False
+
+    async def _connect_on(self, target: Target) -> None:
         ctx = self.ctx
         try:
             stream = await open_target(ctx, target, ctx.config.default_timeout_s)

@@ -96,21 +96,21 @@ class ResponseRelay:
         try:
             self._relay(data)
         except HttpParseError as exc:
-            self._fail(exc)
+            self.fail(exc)
 
     def stream_eof(self) -> None:
         if self.done.done():
             return
         framer = self._framer
         if framer is None:
-            self._fail(HttpParseError(ErrorKind.BAD_RESPONSE, "target closed without a response"))
+            self.fail(HttpParseError(ErrorKind.BAD_RESPONSE, "target closed without a response"))
         elif not framer.finish():
-            self._fail(HttpParseError(ErrorKind.INCOMPLETE, "target closed mid-body"))
+            self.fail(HttpParseError(ErrorKind.INCOMPLETE, "target closed mid-body"))
         else:  # a close-delimited body ends here
             self._body_complete([])
 
     def stream_reset(self, error: StreamResetError) -> None:
-        self._fail(error)
+        self.fail(error)
 
     def stream_writable(self) -> None:
         """Nothing to do: the relay only receives."""
@@ -126,7 +126,12 @@ class ResponseRelay:
             self._complete()
 
     def client_gone(self, exc: BaseException | None) -> None:
-        self._fail(exc if isinstance(exc, OSError) else ConnectionResetError("client went away"))
+        self.fail(exc if isinstance(exc, OSError) else ConnectionResetError("client went away"))
+
+    def fail(self, exc: BaseException) -> None:
+        """End the relay with ``exc`` (its deadline passed, say); nothing once it is done."""
+        if not self.done.done():
+            self.done.set_exception(exc)
 
     # ------------------------------------------------------------ internals
     def _relay(self, data: bytes) -> None:
@@ -215,7 +220,3 @@ class ResponseRelay:
             self._owed += size
         else:
             self.stream.consumed(size)
-
-    def _fail(self, exc: BaseException) -> None:
-        if not self.done.done():
-            self.done.set_exception(exc)

@@ -168,6 +168,15 @@ class DirectStream:
         if self._proto.lost and self._proto.error is not None:
             raise self._broken()
 
+    def try_send(self, data: bytes) -> bool:
+        """The transport buffers what the socket does not take: always sent."""
+        if self._reset is not None:
+            raise self._reset
+        if self._proto.lost or self._eof_written:
+            raise self._broken()
+        self._transport.write(data)
+        return True
+
     def attach(self, receiver: StreamReceiver) -> None:
         proto = self._proto
         proto.receiver = receiver

@@ -95,6 +95,11 @@ class ByteStream(Protocol):
         """Send ``data``, waiting for flow-control credit (backpressure)."""
         ...
 
+    def try_send(self, data: bytes) -> bool:
+        """Send all of ``data`` now if flow control allows it, without waiting; False (and
+        nothing sent) when it does not. Raises as ``write`` does on a broken stream."""
+        ...
+
     async def write_eof(self) -> None:
         """Half-close: no more data from us."""
         ...

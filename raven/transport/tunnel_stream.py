@@ -143,6 +143,12 @@ class TunnelStream:
             self._tunnel._send(self.stream_id, data if n == len(data) else data[:n])
         return max(n, 0)
 
+    def try_send(self, data: bytes) -> bool:
+        broken = self._reset is not None or self._closed or self._sent_eof
+        if not broken and len(data) > self._tunnel.send_capacity(self.stream_id):
+            return False  # not the credit for all of it now
+        return self.send_nowait(data) == len(data)  # raises on a broken stream
+
     def end(self) -> None:
         """Half-close now (END after the queued data); a no-op once ended or reset."""
         if self._sent_eof or self._closed or self._reset is not None:

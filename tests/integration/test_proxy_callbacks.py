@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiohttp import web
 
 from tests.helpers.proxy import direct, running_proxy, serve_app
@@ -77,5 +78,135 @@ async def test_a_client_that_stops_reading_holds_back_the_stream() -> None:
                 assert chunk
                 got += len(chunk)
             await asyncio.wait_for(sent.wait(), 10)
+        finally:
+            writer.close()
+
+
+def _held_app(
+    release: asyncio.Event, started: asyncio.Event, *, head_first: bool
+) -> web.Application:
+    """/fast answers at once; /held waits for ``release`` (after its head when
+    ``head_first``: a response that started)."""
+
+    async def fast(request: web.Request) -> web.Response:
+        return web.Response(body=b"ok\n")
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "3"})
+        if head_first:
+            await response.prepare(request)
+        started.set()
+        await release.wait()
+        await response.prepare(request)
+        await response.write(b"ok\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/fast", fast)
+    app.router.add_get("/held", held)
+    return app
+
+
+async def _kept_connection(
+    proxy: object, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client connection whose first request left its stream in the pool."""
+    reader, writer = await asyncio.open_connection(*proxy.http_address)  # type: ignore[attr-defined]
+    writer.write(b"GET /fast HTTP/1.1\r\nHost: edge-gpu-1:%d\r\n\r\n" % port)
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and await reader.readexactly(3) == b"ok\n"
+    return reader, writer
+
+
+async def test_a_request_on_a_kept_stream_runs_no_task() -> None:
+    """A bodiless request whose target has a kept stream is served by callbacks: while it is
+    in flight no proxy task exists, the connection's in-flight marker is a plain future."""
+    release, started = asyncio.Event(), asyncio.Event()
+    app = _held_app(release, started, head_first=False)
+    async with serve_app(app) as port, running_proxy(direct()) as (proxy, _, _):
+        reader, writer = await _kept_connection(proxy, port)
+        try:
+            assert len(proxy.context.streams) == 1
+            writer.write(b"GET /held HTTP/1.1\r\nHost: edge-gpu-1:%d\r\n\r\n" % port)
+            await asyncio.wait_for(started.wait(), 5)
+            assert len(proxy.context.streams) == 0  # taken
+            (conn,) = [c for c in proxy.connections if c.task is not None]
+            assert not isinstance(conn.task, asyncio.Task)
+            assert _proxy_tasks() == []
+            release.set()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200") and await reader.readexactly(3) == b"ok\n"
+            await asyncio.sleep(0.05)
+            assert conn.task is None and len(proxy.context.streams) == 1  # back in the pool
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("head_first", [False, True])
+async def test_a_kept_stream_request_past_its_deadline(head_first: bool) -> None:
+    """The one timer of a request served by callbacks: before the response started, 504;
+    after, the client connection is cut (RST), never a short body passed off as whole."""
+    release, started = asyncio.Event(), asyncio.Event()
+    app = _held_app(release, started, head_first=head_first)
+    async with serve_app(app) as port, running_proxy(direct()) as (proxy, registry, _):
+        reader, writer = await _kept_connection(proxy, port)
+        try:
+            writer.write(
+                b"GET /held HTTP/1.1\r\nHost: edge-gpu-1:%d\r\n"
+                b"X-Prometheus-Scrape-Timeout-Seconds: 0.3\r\n\r\n" % port
+            )
+            if head_first:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert head.startswith(b"HTTP/1.1 200")
+                with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                    await asyncio.wait_for(reader.readexactly(3), 5)
+            else:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert head.startswith(b"HTTP/1.1 504")
+            value = registry.get_sample_value(
+                "raven_proxy_errors_total", {"reason": "scrape_timeout"}
+            )
+            assert value == 1
+        finally:
+            release.set()
+            writer.close()
+
+
+async def test_a_drain_waits_for_a_kept_stream_request_then_cuts_it() -> None:
+    """A drain waits for a request served by callbacks like for a task, and cuts it (RST)
+    once its grace is over."""
+    release, started = asyncio.Event(), asyncio.Event()
+    app = _held_app(release, started, head_first=True)
+    async with serve_app(app) as port, running_proxy(direct()) as (proxy, _, _):
+        reader, writer = await _kept_connection(proxy, port)
+        writer.write(b"GET /held HTTP/1.1\r\nHost: edge-gpu-1:%d\r\n\r\n" % port)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await proxy.stop(grace_s=0.3)
+        assert loop.time() - began >= 0.25  # it waited for the request
+        with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(reader.readexactly(3), 5)
+        writer.close()
+        release.set()
+
+
+async def test_pipelined_refused_requests_are_answered_in_order_without_recursion() -> None:
+    """Requests answered at once (an IP literal is refused) are served in a loop: a client
+    that pipelines thousands of them gets every answer, in order."""
+    async with running_proxy(direct()) as (proxy, _, _):
+        reader, writer = await asyncio.open_connection(*proxy.http_address)
+        try:
+            count = 3000
+            request = b"GET /metrics HTTP/1.1\r\nHost: 10.1.2.3:9400\r\n\r\n"
+            writer.write(request * count)
+            answers = 0
+            while answers < count:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+                assert head.startswith(b"HTTP/1.1 4")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                answers += 1
         finally:
             writer.close()
