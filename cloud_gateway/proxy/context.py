@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,10 +98,10 @@ class ProxyContext:
         """Is ``client`` serving a refusal penalty (reset at accept, see RefusalPenalty)?"""
         return self.penalty.penalised(client, self.clock())
 
-    @contextlib.contextmanager
-    def admit(self, client: str, node: str) -> Iterator[None]:
-        """Hold one in-flight slot of ``client`` and of ``node``; ProxyError CLIENT_LIMIT
-        (429) or NODE_LIMIT (503), both with Retry-After, when either is full."""
+    def admit(self, client: str, node: str) -> Admission:
+        """Take one in-flight slot of ``client`` and of ``node``, held until the Admission
+        is released (or its ``with`` block ends); ProxyError CLIENT_LIMIT (429) or NODE_LIMIT
+        (503), both with Retry-After, when either is full."""
         config = self.config
         if self.by_client.get(client, 0) >= config.max_requests_per_client:
             limit = config.max_requests_per_client
@@ -113,11 +112,7 @@ class ProxyContext:
             raise ProxyError(ErrorKind.NODE_LIMIT, f"{limit} requests in flight to {node}")
         _take(self.by_client, client)
         _take(self.by_node, node)
-        try:
-            yield
-        finally:
-            _give(self.by_client, client)
-            _give(self.by_node, node)
+        return Admission(self, client, node)
 
     def scrape_timeout(self, header: bytes | None) -> float:
         """The tunnel-leg bound for a request: the Prometheus header, else the default."""
@@ -146,6 +141,30 @@ class ProxyContext:
             self.log_throttle.log(log, logging.INFO, key, "proxy error", extra=extra)
         else:
             log.log(logging.WARNING, "proxy error", extra=extra)
+
+
+class Admission:
+    """A request's in-flight slots (ProxyContext.admit), given back once: by ``release`` or
+    at the end of a ``with`` block, whichever comes first."""
+
+    __slots__ = ("_client", "_ctx", "_node")
+
+    def __init__(self, ctx: ProxyContext, client: str, node: str) -> None:
+        self._ctx: ProxyContext | None = ctx
+        self._client = client
+        self._node = node
+
+    def release(self) -> None:
+        ctx, self._ctx = self._ctx, None
+        if ctx is not None:
+            _give(ctx.by_client, self._client)
+            _give(ctx.by_node, self._node)
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 def _take(counts: dict[str, int], key: str) -> None:

@@ -12,12 +12,10 @@ request had a body.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from contextlib import ExitStack
 
 from cloud_gateway.proxy.client_conn import ClientConnection, ConnectionSlots, log
-from cloud_gateway.proxy.context import UNKNOWN_MODE, ProxyContext
+from cloud_gateway.proxy.context import UNKNOWN_MODE, Admission, ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError, ProxyError, error_response
 from cloud_gateway.proxy.exchange import CutConnection, Exchange, open_target
 from cloud_gateway.proxy.heads import BodyKind, RequestHead, parse_request_head
@@ -162,22 +160,20 @@ class HttpConnection(ClientConnection):
             close = not req.keep_alive or req.body is not BodyKind.NONE or req.method == "CONNECT"
             self._fail(exc, mode, close=close)
             return not close
-        with contextlib.ExitStack() as stack:
-            try:
-                stack.enter_context(self.ctx.admit(self.client, target.node))
-            except ProxyError as exc:  # over a limit: 429/503 with Retry-After
-                connect = target.mode is Mode.CONNECT
-                close = not req.keep_alive or req.body is not BodyKind.NONE or connect
-                self._fail(exc, target.mode.value, target.node, close=close)
-                return not close
-            slot = stack.pop_all()  # released when the request is done
+        try:
+            slot = self.ctx.admit(self.client, target.node)  # released when the request is done
+        except ProxyError as exc:  # over a limit: 429/503 with Retry-After
+            connect = target.mode is Mode.CONNECT
+            close = not req.keep_alive or req.body is not BodyKind.NONE or connect
+            self._fail(exc, target.mode.value, target.node, close=close)
+            return not close
         if target.mode is Mode.CONNECT:
             self.spawn(self._connect(target, slot))
         elif not self._on_kept_stream(req, target, slot):
             self.spawn(self._forward(req, target, slot, time.monotonic()))
         return None
 
-    def _on_kept_stream(self, req: RequestHead, target: Target, slot: ExitStack) -> bool:
+    def _on_kept_stream(self, req: RequestHead, target: Target, slot: Admission) -> bool:
         """Serve a bodiless request on a kept stream of its target (stream_pool) by callbacks:
         no task, one timer (Exchange.start). False: the task path serves it (no kept
         stream, a body, or no credit for the head now)."""
@@ -210,7 +206,7 @@ class HttpConnection(ClientConnection):
         self,
         exchange: Exchange,
         stream: ByteStream,
-        slot: ExitStack,
+        slot: Admission,
         start: float,
         result: Outcome | BaseException,
     ) -> None:
@@ -235,7 +231,7 @@ class HttpConnection(ClientConnection):
         self,
         req: RequestHead,
         target: Target,
-        slot: ExitStack,
+        slot: Admission,
         start: float,
         *,
         fresh: bool = False,
@@ -309,7 +305,7 @@ class HttpConnection(ClientConnection):
         self.abort()  # a bug, as a task's would be (ClientConnection._task_done)
         return False
 
-    async def _connect(self, target: Target, slot: ExitStack) -> bool:
+    async def _connect(self, target: Target, slot: Admission) -> bool:
         with slot:
             await self._connect_on(target)
         return False
