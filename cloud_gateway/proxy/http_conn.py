@@ -23,7 +23,7 @@ from cloud_gateway.proxy.relay import relay
 from cloud_gateway.proxy.response_relay import Outcome
 from cloud_gateway.proxy.target import Mode, Target, resolve_target
 from raven.logs import fields
-from raven.transport.stream import ByteStream
+from raven.transport.stream import ByteStream, StreamResetError
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 #: How a kept stream whose target connection went away while idle fails before any response
@@ -195,7 +195,12 @@ class HttpConnection(ClientConnection):
             self._kept_stream_done(exchange, stream, slot, start, result)
 
         timeout_s = ctx.scrape_timeout(req.header(_TIMEOUT_HEADER))
-        if not exchange.start(stream, timeout_s, done):
+        try:
+            sent = exchange.start(stream, timeout_s, done)
+        except StreamResetError:  # gone since the pool checked it: the task path opens anew
+            stream.close()
+            return False
+        if not sent:
             ctx.streams.put(key, stream)  # the task waits for its credit
             return False
         self.task = inflight  # what a drain waits for, and cancels past its grace

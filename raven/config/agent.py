@@ -164,8 +164,9 @@ class AgentConfig:
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
     event_loop: str = doc(
         "The asyncio event loop: `asyncio` (the standard library's), `uvloop` (libuv: ~2.5 MiB"
-        " more RSS, the same CPU per scrape within noise in bench/bench_l7.py) or `auto`"
-        " (uvloop where it is installed). docs/operations.md compares them.",
+        " more RSS, and ~4.5 MiB for the `ssl` module it imports; the same CPU per scrape"
+        " within noise in bench/bench_l7.py) or `auto` (uvloop where it is installed)."
+        " docs/operations.md compares them.",
         default="asyncio",
     )
 

@@ -8,6 +8,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
+from raven.protocol.codes import StreamCode
+from raven.transport.stream import StreamResetError
 from tests.helpers.proxy import direct, running_proxy, serve_app
 
 MIB = b"x" * (1 << 20)
@@ -208,5 +210,42 @@ async def test_pipelined_refused_requests_are_answered_in_order_without_recursio
                 length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
                 await reader.readexactly(length)
                 answers += 1
+        finally:
+            writer.close()
+
+
+class _BrokenKeptStream:
+    """A kept stream that looks whole to the pool but fails the moment a request is sent."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def reusable(self) -> bool:
+        return not self.closed
+
+    def try_send(self, data: bytes) -> bool:
+        raise StreamResetError(StreamCode.TARGET_RESET, "gone while idle")
+
+    def end(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_kept_stream_that_fails_on_send_leaves_the_request_to_a_new_stream() -> None:
+    release, started = asyncio.Event(), asyncio.Event()
+    release.set()
+    app = _held_app(release, started, head_first=False)
+    async with serve_app(app) as port, running_proxy(direct()) as (proxy, _, _):
+        broken = _BrokenKeptStream()
+        proxy.context.streams.put(("edge-gpu-1", port), broken)  # type: ignore[arg-type]
+        reader, writer = await asyncio.open_connection(*proxy.http_address)
+        try:
+            writer.write(b"GET /fast HTTP/1.1\r\nHost: edge-gpu-1:%d\r\n\r\n" % port)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200")
+            assert await reader.readexactly(3) == b"ok\n"
+            assert broken.closed
         finally:
             writer.close()
