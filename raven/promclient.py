@@ -73,7 +73,6 @@ from prometheus_client.metrics_core import (  # noqa: E402
     GaugeMetricFamily,
     Metric,
 )
-from prometheus_client.platform_collector import PlatformCollector  # noqa: E402
 from prometheus_client.process_collector import ProcessCollector  # noqa: E402
 from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
 from prometheus_client.samples import Sample  # noqa: E402
@@ -89,7 +88,6 @@ __all__ = [
     "GaugeMetricFamily",
     "Histogram",
     "Metric",
-    "PlatformCollector",
     "ProcessCollector",
     "RenderedFamily",
     "Sample",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import http
+import zlib
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from raven.admin.routes import AdminRequest, AdminResponse
@@ -65,7 +65,7 @@ def render(request: AdminRequest, answer: AdminResponse, keep: bool) -> bytes:
     body = answer.body
     headers = {**answer.headers, "Content-Type": answer.content_type}
     if answer.compressible and request.accepts_gzip():
-        body = gzip.compress(body, compresslevel=6, mtime=0)
+        body = gzip_compress(body)
         headers["Content-Encoding"] = "gzip"
         headers["Vary"] = "Accept-Encoding"
     headers["Content-Length"] = str(len(body))
@@ -79,6 +79,13 @@ def render(request: AdminRequest, answer: AdminResponse, keep: bool) -> bytes:
     lines.extend(f"{name}: {value}" for name, value in headers.items())
     out = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return out if request.method == "HEAD" else out + body
+
+
+def gzip_compress(body: bytes) -> bytes:
+    """``body`` as a gzip member (level 6, no name, mtime 0), from zlib directly: the gzip
+    module's file machinery is 0.2 MiB of an agent's RSS for the same bytes."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 16 + 15: the gzip container
+    return compressor.compress(body) + compressor.flush()
 
 
 def error(status: int) -> bytes:

@@ -36,6 +36,7 @@ HEAVY = {
     # noise_crypto's X25519 from cryptography's Rust functions: 1.2 MiB (its OpenSSL backend)
     "cryptography.hazmat.backends",
     "shutil", "bz2", "lzma",  # raven.cli.HelpFormatter: 0.4 MiB
+    "platform", "gzip",  # python_info from sys, gzip from zlib: 0.4 MiB
 }  # fmt: skip
 
 #: Writes the agent's modules and threads when it exits, then runs `raven agent` as the

@@ -58,3 +58,13 @@ def test_an_invalid_ipv6_authority_is_a_bad_request() -> None:
     with pytest.raises(BadRequest) as info:
         parse_head(b"GET //[x HTTP/1.1\r\n\r\n", "192.0.2.1")
     assert info.value.status == 400
+
+
+@given(st.binary(max_size=5000))
+def test_gzip_compress_is_a_gzip_member(body: bytes) -> None:
+    import gzip
+
+    from raven.admin.asyncio_backend import gzip_compress
+
+    packed = gzip_compress(body)
+    assert packed[:3] == b"\x1f\x8b\x08" and gzip.decompress(packed) == body

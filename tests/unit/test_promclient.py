@@ -100,7 +100,6 @@ def test_text_exposition_is_prometheus_clients() -> None:
         prometheus_client.metrics._use_created = was_created
     process = CollectorRegistry(auto_describe=True)
     process.register(promclient.ProcessCollector(registry=None))
-    process.register(promclient.PlatformCollector(registry=None))
     frozen = Frozen(list(process.collect()))  # the CPU seconds move between two calls
     assert promclient.generate_text(frozen) == generate_latest(frozen)
     assert promclient.CONTENT_TYPE_LATEST == CONTENT_TYPE_LATEST
@@ -147,3 +146,14 @@ def test_prometheus_clients_http_stack_is_not_imported_until_the_package_is_aske
     assert not heavy & before
     assert heavy <= after  # the real __init__ ran, on the same package
     assert got["same"] is True and got["text"] is True
+
+
+def test_python_info_is_what_prometheus_clients_platform_collector_writes() -> None:
+    from prometheus_client.platform_collector import PlatformCollector
+
+    from raven.process_metrics import PythonInfoCollector
+
+    theirs, ours = CollectorRegistry(), CollectorRegistry()
+    theirs.register(PlatformCollector(registry=None))
+    ours.register(PythonInfoCollector())
+    assert promclient.generate_text(ours) == generate_latest(theirs)
