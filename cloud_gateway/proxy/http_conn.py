@@ -1,7 +1,10 @@
 """One client connection on the HTTP proxy listener: keep-alive requests, driven by callbacks.
 
-Heads are parsed as bytes arrive (``data_received``); a complete head starts the one task of
-its request, and nothing runs for the connection between requests. Bounds: the first request
+Heads are parsed, resolved and admitted as bytes arrive (``data_received``). A bodiless request
+whose target has a kept stream (stream_pool) goes out at once and its answer comes back by
+callbacks, under one timer (``Exchange.start``); any other request runs in one task (a new
+stream, a body, CONNECT, the retry of a stale kept stream). Nothing runs for the connection
+between requests. Bounds: the first request
 head must arrive within ``header_timeout_s`` of the accept, later ones within
 ``header_timeout_s`` of their first byte; an idle keep-alive connection closes after
 ``idle_timeout_s`` (at once on a drain); a head over ``max_header_bytes`` gets 431. Parse errors
@@ -229,7 +232,7 @@ class HttpConnection(ClientConnection):
                     self.abort()
                 keep = False
             else:
-                keep = self._failed(result, target, close_on_error=True)
+                keep = self._failed(result, target)
         self.finished(keep)
 
     async def _forward(
@@ -278,7 +281,7 @@ class HttpConnection(ClientConnection):
                 if retry and isinstance(exc, ProxyError) and exc.kind in _STALE:
                     reused, stream = False, None  # the kept connection had gone: once afresh
                     continue
-                return self._failed(exc, target, close_on_error=True)
+                return self._failed(exc, target)
             break
         self._succeeded(target, stream, outcome, start)
         return outcome.keep_alive
@@ -295,8 +298,8 @@ class HttpConnection(ClientConnection):
         ctx.metrics.observe(target.node, seconds)
         ctx.scrapes.ok(target.node, outcome.status, seconds)
 
-    def _failed(self, exc: BaseException, target: Target, *, close_on_error: bool) -> bool:
-        """An exchange failed: record, answer or cut; False (the connection closes)."""
+    def _failed(self, exc: BaseException, target: Target) -> bool:
+        """An exchange failed: record, answer (and close) or cut; False: the connection ends."""
         if isinstance(exc, CutConnection):
             self.ctx.record_error(exc.error, target.mode.value, self.peer, target.node,
                                   exc.status)  # fmt: skip
@@ -304,7 +307,7 @@ class HttpConnection(ClientConnection):
             self.abort()
             return False
         if isinstance(exc, ProxyError):
-            self._fail(exc, target.mode.value, target.node, close=close_on_error)
+            self._fail(exc, target.mode.value, target.node, close=True)
             return False
         log.error("proxy connection failed", exc_info=exc, extra=fields(peer=self.peer))
         self.abort()  # a bug, as a task's would be (ClientConnection._task_done)
