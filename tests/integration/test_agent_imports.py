@@ -115,3 +115,18 @@ def test_an_agent_on_uvloop_keeps_ssl(tmp_path: Path) -> None:
     """uvloop imports ssl outright: such an agent is not run without it (needs_ssl)."""
     loaded = run_agent(tmp_path, event_loop="uvloop")
     assert {"uvloop", "ssl"} <= set(loaded["modules"])
+
+
+@pytest.mark.integration
+def test_the_gpu_exporter_and_backfill_run_in_an_agent_without_ssl(tmp_path: Path) -> None:
+    """Neither needs TLS (the exporter serves plain HTTP, backfill scrapes http:// targets):
+    the agent loads them, aiohttp with them, and still runs without ssl."""
+    exporter = free_port()
+    loaded = run_agent(
+        tmp_path,
+        gpu_exporter={"enabled": True, "simulate": 1, "listen": f"127.0.0.1:{exporter}"},
+        backfill={"enabled": True},
+    )
+    modules = set(loaded["modules"])
+    assert {"aiohttp", "gpu_exporter", "edge_agent.backfill"} <= modules
+    assert "ssl" not in modules and "_ssl" not in modules
