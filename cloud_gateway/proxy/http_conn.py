@@ -219,7 +219,7 @@ class HttpConnection(ClientConnection):
         result: Outcome | BaseException,
     ) -> None:
         req, target = exchange.req, exchange.target
-        if isinstance(result, ProxyError) and result.kind in _STALE and not exchange.started:
+        if _stale(result, exchange):
             # the kept connection had gone: once afresh, on a new stream (the task path)
             self.spawn(self._forward(req, target, slot, start, fresh=True))
             return
@@ -277,8 +277,7 @@ class HttpConnection(ClientConnection):
                     self.abort()
                 raise
             except (CutConnection, ProxyError) as exc:
-                retry = reused and not exchange.started and req.body is BodyKind.NONE
-                if retry and isinstance(exc, ProxyError) and exc.kind in _STALE:
+                if reused and req.body is BodyKind.NONE and _stale(exc, exchange):
                     reused, stream = False, None  # the kept connection had gone: once afresh
                     continue
                 return self._failed(exc, target)
@@ -329,3 +328,9 @@ class HttpConnection(ClientConnection):
         early = self.buf.take()
         ctx.metrics.request(Mode.CONNECT.value, 200)
         await relay(ctx, self, stream, early=early, target=target)
+
+
+def _stale(exc: object, exchange: Exchange) -> bool:
+    """The exchange on a kept stream failed as one whose target connection had gone while
+    idle does (_STALE), before any response byte: the request may go once more, afresh."""
+    return isinstance(exc, ProxyError) and exc.kind in _STALE and not exchange.started
