@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import platform
+import sys
 
 import pytest
 
@@ -42,3 +43,22 @@ async def test_the_trimmer_runs_until_cancelled(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert calls[:3] == [0, 0, 0]
+
+
+def test_both_ways_to_malloc_trim_find_it_on_glibc() -> None:
+    """cffi's backend (loaded by cryptography) first, ctypes where it is missing."""
+    via_cffi, via_ctypes = heap._from_cffi_backend(), heap._from_ctypes()
+    if platform.libc_ver()[0] != "glibc":  # musl, macOS: neither has it
+        assert via_cffi is None and via_ctypes is None
+        return
+    assert via_cffi is not None and via_ctypes is not None
+    assert via_cffi(0) in (0, 1) and via_ctypes(0) in (0, 1)
+    assert heap._MALLOC_TRIM is not None
+
+
+def test_without_cffi_the_trim_comes_from_ctypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "_cffi_backend", None)  # import fails: ImportError
+    assert heap._from_cffi_backend() is None
+    fn = heap._load_malloc_trim()
+    if platform.libc_ver()[0] == "glibc":
+        assert fn is not None and type(fn).__module__ == "ctypes"
