@@ -203,6 +203,7 @@ async def role_agents(spec_path: str, first: int, count: int) -> None:
 
     from edge_agent.dialer import DialSettings, GatewayLink
     from edge_agent.relay import Relay
+    from raven.config.agent import auto_suites
     from raven.keys import decode_key, read_private_key_file
     from raven.metrics import TunnelMetrics
     from raven.protocol.limits import Limits
@@ -214,7 +215,9 @@ async def role_agents(spec_path: str, first: int, count: int) -> None:
         nodes: dict[str, str] = spec["fleet"][str(a)]
         key = read_private_key_file(Path(spec["dir"]) / f"agent-{a:03d}.key")
         relay = Relay(nodes, [spec["node_port"]], 5.0, CollectorRegistry())
-        settings = DialSettings(key, gateway_public, bytes(32), Limits(), 0.5, 5.0)
+        # the suites of a `raven agent` with the default `cipher: auto`
+        settings = DialSettings(key, gateway_public, bytes(32), Limits(), 0.5, 5.0,
+                                suites=auto_suites())  # fmt: skip
         link = GatewayLink(
             "127.0.0.1",
             spec["tunnel_port"],

@@ -143,9 +143,7 @@ class Exchange:
         if not stream.try_send(head):
             return False
         relay = self._attach_relay(stream)
-        timer = asyncio.get_running_loop().call_later(
-            timeout_s, relay.fail, TimeoutError()
-        )  # fmt: skip
+        timer = self.client.loop.call_later(timeout_s, relay.fail, TimeoutError())
 
         def finish(done: asyncio.Future[Outcome]) -> None:
             timer.cancel()

@@ -45,6 +45,8 @@ class ClientSink(typing.Protocol):
     """Where a response goes: the client connection (see ``client_conn.ClientConnection``)."""
 
     writing_paused: bool
+    #: the connection's loop (asyncio.get_running_loop() is a getpid syscall in Python 3.11)
+    loop: asyncio.AbstractEventLoop
 
     def writelines(self, data: list[bytes]) -> None: ...
 
@@ -72,7 +74,7 @@ class ResponseRelay:
         self.req = req
         self.keep_stream = keep_stream
         self.ctx = ctx
-        self.done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[Outcome] = client.loop.create_future()
         #: a response byte went to the client; its status; bytes sent to the client
         self.started = False
         self.status = 0

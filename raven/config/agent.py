@@ -214,9 +214,14 @@ class AgentConfig:
         """The suites this agent offers, in order of preference (``cipher``)."""
         if self.cipher != CIPHER_AUTO:
             return (suite_by_name(self.cipher),)
-        if cpu_has_aes(cpuinfo):
-            return (Suite.AESGCM, Suite.CHACHAPOLY)
-        return (Suite.CHACHAPOLY,)
+        return auto_suites(cpuinfo)
+
+
+def auto_suites(cpuinfo: str = "/proc/cpuinfo") -> tuple[Suite, ...]:
+    """What ``cipher: auto`` offers: AES-256-GCM first where the CPU has AES instructions."""
+    if cpu_has_aes(cpuinfo):
+        return (Suite.AESGCM, Suite.CHACHAPOLY)
+    return (Suite.CHACHAPOLY,)
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:

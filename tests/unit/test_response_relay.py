@@ -25,6 +25,7 @@ from tests.helpers.proxy import FailingOpener
 class Sink:
     def __init__(self) -> None:
         self.writing_paused = False
+        self.loop = asyncio.get_running_loop()
         self.out: list[bytes] = []
 
     def writelines(self, data: list[bytes]) -> None:
