@@ -17,14 +17,13 @@ reports that it consumed the data, in increments of at least
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
-from raven.protocol.lifecycle import transition
+from raven.protocol.lifecycle import TableEnum, transition
 
 
-class StreamState(enum.Enum):
+class StreamState(TableEnum):
     IDLE = "idle"  # no frame yet (the start of the table)
     OPEN_SENT = "open_sent"  # we sent OPEN, waiting for OPEN_RESULT
     OPEN_RECEIVED = "open_received"  # the peer sent OPEN, we have not answered
@@ -34,7 +33,7 @@ class StreamState(enum.Enum):
     CLOSED = "closed"  # done (cleanly, refused or reset)
 
 
-class StreamInput(enum.Enum):
+class StreamInput(TableEnum):
     SEND_OPEN = "send_open"
     SEND_ACCEPT = "send_accept"
     SEND_REFUSE = "send_refuse"
