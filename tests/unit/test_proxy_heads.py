@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cloud_gateway.proxy import heads
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError
 from cloud_gateway.proxy.heads import (
     BodyKind,
@@ -254,3 +255,26 @@ def test_fuzz_response_parser(data: bytes) -> None:
         parse_response_head(data, "GET")
     except HttpParseError as exc:
         assert exc.kind is ErrorKind.BAD_RESPONSE
+
+
+_HEADER_BYTES = st.sampled_from(
+    [b"a", b"Host", b"-", b":", b" ", b"\t", b"\r", b"\n", b"\r\n", b"\x00", b"\x7f", b"\xff", b"v"]
+)
+
+
+@given(st.lists(_HEADER_BYTES, max_size=24).map(b"".join))
+def test_the_one_match_header_path_agrees_with_the_line_checks(block: bytes) -> None:
+    """_split_headers accepts exactly what the per-line checks accept, with the same pairs,
+    and refuses the rest with the per-line checks' error."""
+    expected: list[tuple[bytes, bytes]] | str
+    try:
+        expected = heads._split_header_lines(block.split(b"\r\n"), ErrorKind.MALFORMED)
+    except HttpParseError as exc:
+        expected = str(exc)
+    if not block:
+        expected = []  # a head without header lines
+    try:
+        got: list[tuple[bytes, bytes]] | str = heads._split_headers(block, ErrorKind.MALFORMED)
+    except HttpParseError as exc:
+        got = str(exc)
+    assert got == expected
