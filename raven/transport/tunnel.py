@@ -280,7 +280,8 @@ class Tunnel(CopyingReader):
         if self.closed.done():
             return
         self.conn.consume_stream_data(stream_id, n)
-        self._flush()
+        if self.conn.has_data_to_send:  # credit is sent back once a quarter window was read
+            self._flush()
 
     def _forget(self, stream_id: int) -> None:
         self.streams.pop(stream_id, None)
