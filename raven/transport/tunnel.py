@@ -46,6 +46,9 @@ WRITE_HIGH_WATER_BYTES = 1024 * 1024
 WRITE_LOW_WATER_BYTES = 256 * 1024
 #: Bytes pulled from the connection per transport.write().
 WRITE_CHUNK_BYTES = 256 * 1024
+#: A stream write this large goes out at once when no flush is due (a target's answer: no
+#: call_soon round, on asyncio's loop a turn with a select); smaller ones share the turn's write.
+IMMEDIATE_WRITE_BYTES = 16 * 1024
 
 StreamHandler = Callable[[TunnelStream, str, int], Awaitable[None]]
 DatagramHandler = Callable[[bytes], None]
@@ -214,8 +217,8 @@ class Tunnel(CopyingReader):
             return False
         if not self.conn.send_datagram(data):
             return False
-        if self._flush_scheduled or self._receiving or self._in_flush or self._in_events:
-            self._flush()  # a flush is due (or running, or follows the receive): it goes with it
+        if self._flush_due():
+            self._flush()  # it goes with the flush that is due
         elif SEND_BURST.defer(self._flush_now):
             self._flush_scheduled = True  # once per batch, at its end
         else:
@@ -223,9 +226,7 @@ class Tunnel(CopyingReader):
         return True
 
     def send_capacity(self, stream_id: int) -> int:
-        if self.closed.done():
-            return 0
-        return self.conn.send_capacity(stream_id)
+        return 0 if self.closed.done() else self.conn.send_capacity(stream_id)
 
     def register(self, nodes: list[str], prefixes: list[str]) -> None:
         self._call(lambda c: c.register(nodes, prefixes))
@@ -274,7 +275,10 @@ class Tunnel(CopyingReader):
 
     def _send(self, stream_id: int, data: bytes | memoryview) -> None:
         self.conn.send_stream_data(stream_id, data)
-        self._flush()
+        if len(data) >= IMMEDIATE_WRITE_BYTES and not self._flush_due():
+            self._flush_now()
+        else:
+            self._flush()
 
     def _consumed(self, stream_id: int, n: int) -> None:
         if self.closed.done():
@@ -315,6 +319,10 @@ class Tunnel(CopyingReader):
         if self.conn.has_data_to_send:  # a record that only brought data wants no write
             self._flush()
         self._arm_timer()
+
+    def _flush_due(self) -> bool:
+        """A flush is scheduled, running or follows the receive or events: sends join it."""
+        return self._flush_scheduled or self._receiving or self._in_flush or self._in_events
 
     def _flush(self) -> None:
         """Schedule one write of everything pending for this loop turn: calls made in the
@@ -380,40 +388,32 @@ class Tunnel(CopyingReader):
 
     def _dispatch(self, event: ev.Event) -> None:
         if isinstance(event, ev.StreamDataReceived):
-            stream = self.streams.get(event.stream_id)
-            if stream is not None:
+            if (stream := self.streams.get(event.stream_id)) is not None:
                 stream._feed(event.data)
             else:  # nobody will read it: give the credit straight back
                 self._consumed(event.stream_id, len(event.data))
         elif isinstance(event, ev.StreamWindowOpened):
-            stream = self.streams.get(event.stream_id)
-            if stream is not None:
+            if (stream := self.streams.get(event.stream_id)) is not None:
                 stream._window_opened()
         elif isinstance(event, ev.StreamOpened):
             self._incoming_stream(event)
         elif isinstance(event, ev.StreamAccepted):
-            stream = self.streams.get(event.stream_id)
-            if stream is not None and stream.opened is not None and not stream.opened.done():
-                stream.opened.set_result(None)
+            if (stream := self.streams.get(event.stream_id)) is not None:
+                stream._open_answered(None)
         elif isinstance(event, ev.StreamRefused):
-            stream = self.streams.pop(event.stream_id, None)
-            if stream is not None and stream.opened is not None and not stream.opened.done():
+            if (stream := self.streams.pop(event.stream_id, None)) is not None:
                 failure = OPEN_FAILURE_BY_CODE.get(event.code, OpenFailure.INTERNAL)
-                stream.opened.set_exception(StreamOpenError(failure, event.reason))
+                stream._open_answered(StreamOpenError(failure, event.reason))
         elif isinstance(event, ev.StreamEnded):
-            stream = self.streams.get(event.stream_id)
-            if stream is not None:
+            if (stream := self.streams.get(event.stream_id)) is not None:
                 stream._feed_eof()
         elif isinstance(event, ev.StreamReset):
-            stream = self.streams.pop(event.stream_id, None)
-            if stream is not None:
+            if (stream := self.streams.pop(event.stream_id, None)) is not None:
                 stream._abort(event.code, event.reason)
-                if stream.opened is not None and not stream.opened.done():
-                    failure = OPEN_FAILURE_BY_CODE.get(event.code, OpenFailure.TUNNEL_CLOSED)
-                    stream.opened.set_exception(StreamOpenError(failure, event.reason))
+                failure = OPEN_FAILURE_BY_CODE.get(event.code, OpenFailure.TUNNEL_CLOSED)
+                stream._open_answered(StreamOpenError(failure, event.reason))
         elif isinstance(event, ev.StreamClosed):
-            stream = self.streams.pop(event.stream_id, None)
-            if stream is not None:
+            if (stream := self.streams.pop(event.stream_id, None)) is not None:
                 stream._finished()
         elif isinstance(event, ev.DatagramReceived):
             if self.on_datagram is not None:
@@ -469,8 +469,7 @@ class Tunnel(CopyingReader):
             self._timer = None
         for stream in list(self.streams.values()):
             stream._abort(StreamCode.TUNNEL_CLOSED, reason)
-            if stream.opened is not None and not stream.opened.done():
-                stream.opened.set_exception(StreamOpenError(OpenFailure.TUNNEL_CLOSED, reason))
+            stream._open_answered(StreamOpenError(OpenFailure.TUNNEL_CLOSED, reason))
         self.streams.clear()
         self._streams_done()
         if not self.handshake.done():

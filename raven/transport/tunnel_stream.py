@@ -19,7 +19,7 @@ import collections
 from typing import TYPE_CHECKING
 
 from raven.protocol.codes import StreamCode
-from raven.transport.stream import StreamReceiver, StreamResetError
+from raven.transport.stream import StreamOpenError, StreamReceiver, StreamResetError
 
 if TYPE_CHECKING:
     from raven.transport.tunnel import Tunnel
@@ -80,6 +80,15 @@ class TunnelStream:
         self._writable.set()
         if self._receiver is not None:
             self._receiver.stream_writable()
+
+    def _open_answered(self, failure: StreamOpenError | None) -> None:
+        """The peer's answer to our OPEN (None: accepted), for whoever awaits ``opened``."""
+        opened = self.opened
+        if opened is not None and not opened.done():
+            if failure is None:
+                opened.set_result(None)
+            else:
+                opened.set_exception(failure)
 
     def _finished(self) -> None:
         self._stop_linger()
