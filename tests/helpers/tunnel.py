@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -15,7 +18,8 @@ from edge_agent.relay import Relay
 from raven.config.gateway import AuthorisedAgent
 from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
-from tests.helpers import KeyPair, start_echo_server
+from raven.transport.tunnel import Tunnel
+from tests.helpers import KeyPair, start_echo_server, wait_for
 
 LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=1.0)
 
@@ -99,3 +103,55 @@ async def site(tmp_path: Path):
 def echo_port(site: Site) -> int:
     assert site.echo is not None
     return int(site.echo.sockets[0].getsockname()[1])
+
+
+class TunnelPair:
+    """Two bare Tunnels over loopback TCP with the handshake done: ``gateway`` listens,
+    ``agent`` dials, each made with the given Tunnel keyword arguments (on_stream,
+    on_datagram, on_event)."""
+
+    def __init__(
+        self, agent: Mapping[str, Any] | None = None, gateway: Mapping[str, Any] | None = None
+    ) -> None:
+        self._agent_kwargs = dict(agent or {})
+        self._gateway_kwargs = dict(gateway or {})
+        self._agent: Tunnel | None = None
+        self._gateway: Tunnel | None = None
+        self._server: asyncio.Server | None = None
+
+    @property
+    def agent(self) -> Tunnel:
+        assert self._agent is not None
+        return self._agent
+
+    @property
+    def gateway(self) -> Tunnel:
+        assert self._gateway is not None
+        return self._gateway
+
+    async def start(self) -> None:
+        from tests.unit.test_connection import make_agent, make_gateway
+
+        def serve() -> Tunnel:
+            self._gateway = Tunnel(make_gateway(now=time.monotonic()), **self._gateway_kwargs)
+            return self._gateway
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        _, self._agent = await loop.create_connection(
+            lambda: Tunnel(make_agent(now=time.monotonic()), **self._agent_kwargs),
+            "127.0.0.1",
+            port,
+        )
+        await self._agent.handshake
+        await wait_for(lambda: self._gateway is not None)
+        await self.gateway.handshake
+
+    async def close(self) -> None:
+        for tunnel in (self._agent, self._gateway):
+            if tunnel is not None:
+                await tunnel.aclose()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()

@@ -5,8 +5,6 @@ inside it."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,56 +13,23 @@ from raven.protocol.events import DatagramReceived, Event
 from raven.transport.send_burst import SEND_BURST
 from raven.transport.tunnel import Tunnel
 from tests.helpers import wait_for
-from tests.unit.test_connection import make_agent, make_gateway
+from tests.helpers.tunnel import TunnelPair
 
 
-class Pair:
+class Pair(TunnelPair):
+    """Two Tunnels whose datagrams land in lists (and the gateway's events)."""
+
     def __init__(self) -> None:
         self.agent_got: list[bytes] = []
         self.gateway_got: list[bytes] = []
         self.gateway_events: list[Event] = []
-        self.agent: Tunnel | None = None
-        self.gateway: Tunnel | None = None
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-
-        def serve() -> Tunnel:
-            self.gateway = Tunnel(
-                make_gateway(now=time.monotonic()), on_datagram=self.gateway_got.append
-            )
-            self.gateway.on_event = self.gateway_events.append
-            return self.gateway
-
-        self.server = await loop.create_server(serve, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        _, self.agent = await loop.create_connection(
-            lambda: Tunnel(make_agent(now=time.monotonic()), on_datagram=self.agent_got.append),
-            "127.0.0.1",
-            port,
+        super().__init__(
+            agent={"on_datagram": self.agent_got.append},
+            gateway={
+                "on_datagram": self.gateway_got.append,
+                "on_event": self.gateway_events.append,
+            },
         )
-        await self.agent.handshake
-        await wait_for(lambda: self.gateway is not None)
-        await self.a_gateway.handshake
-
-    @property
-    def a_gateway(self) -> Tunnel:
-        assert self.gateway is not None
-        return self.gateway
-
-    @property
-    def an_agent(self) -> Tunnel:
-        assert self.agent is not None
-        return self.agent
-
-    async def close(self) -> None:
-        for tunnel in (self.agent, self.gateway):
-            if tunnel is not None:
-                await tunnel.aclose()
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
 
 
 @pytest.fixture
@@ -80,7 +45,7 @@ def records_sent(tunnel: Tunnel) -> int:
 
 
 async def test_a_lone_datagram_is_written_in_the_same_loop_turn(pair: Pair) -> None:
-    agent = pair.an_agent
+    agent = pair.agent
     before = records_sent(agent)
     assert agent.send_datagram(b"\x45" + bytes(63))
     # no await since: the record was sealed and handed to the transport already
@@ -91,7 +56,7 @@ async def test_a_lone_datagram_is_written_in_the_same_loop_turn(pair: Pair) -> N
 
 
 async def test_a_burst_shares_one_record_written_when_it_ends(pair: Pair) -> None:
-    agent = pair.an_agent
+    agent = pair.agent
     before = records_sent(agent)
     packets = [b"\x45" + bytes([i]) * 100 for i in range(20)]
     with SEND_BURST:
@@ -104,16 +69,16 @@ async def test_a_burst_shares_one_record_written_when_it_ends(pair: Pair) -> Non
 
 
 async def test_a_handler_may_answer_from_the_receive_path(pair: Pair) -> None:
-    gateway = pair.a_gateway
+    gateway = pair.gateway
     gateway.on_datagram = lambda packet: gateway.send_datagram(b"\x45re:" + packet[1:])
     for i in range(5):
-        pair.an_agent.send_datagram(b"\x45" + bytes([i]))
+        pair.agent.send_datagram(b"\x45" + bytes([i]))
     await wait_for(lambda: len(pair.agent_got) == 5)
     assert pair.agent_got == [b"\x45re:" + bytes([i]) for i in range(5)]
 
 
 async def test_without_on_datagram_packets_are_events(pair: Pair) -> None:
-    pair.a_gateway.on_datagram = None
-    pair.an_agent.send_datagram(b"\x45event")
+    pair.gateway.on_datagram = None
+    pair.agent.send_datagram(b"\x45event")
     await wait_for(lambda: DatagramReceived(b"\x45event") in pair.gateway_events)
     assert pair.gateway_got == []
