@@ -159,7 +159,7 @@ async def role_proxy(listen_port: int, target_port: int) -> None:
 
 
 def write_tunnel_configs(
-    tmp: Path, target_port: int, event_loop: str | None = None
+    tmp: Path, target_port: int, event_loop: str | None = None, streams_per_node: int = 64
 ) -> tuple[Path, Path, int]:
     from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
 
@@ -177,6 +177,7 @@ def write_tunnel_configs(
         "proxy:\n"
         f"  http_listen: 127.0.0.1:{proxy_port}\n"
         "  tls_listeners: []\n"
+        f"  max_streams_per_node: {streams_per_node}\n"
         "agents:\n"
         f"  - name: bench-site\n    public_key: {encode_key(public_key(agent_key))}\n"
         f"    nodes: [{NODE}]\n"
@@ -388,7 +389,11 @@ def main() -> int:
             for path, event_loop in (("tunnel", None), ("tunnel-uvloop", "uvloop")):
                 if path not in paths:
                     continue
-                gw_conf, agent_conf, port = write_tunnel_configs(tmp, target_port, event_loop)
+                # every wrk connection scrapes the one node here: the per-node limit (64 by default,
+                # 503 beyond) would measure refusals at c=256, not the relay
+                gw_conf, agent_conf, port = write_tunnel_configs(
+                    tmp, target_port, event_loop, max(64, *args.conns)
+                )
                 cli = [sys.executable, "-m", "raven.cli"]
                 gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT)
                 procs.append(gateway)
