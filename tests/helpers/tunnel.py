@@ -20,6 +20,7 @@ from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
 from raven.transport.tunnel import Tunnel
 from tests.helpers import KeyPair, start_echo_server, wait_for
+from tests.unit.test_connection import make_agent, make_gateway
 
 LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=1.0)
 
@@ -130,8 +131,6 @@ class TunnelPair:
         return self._gateway
 
     async def start(self) -> None:
-        from tests.unit.test_connection import make_agent, make_gateway
-
         def serve() -> Tunnel:
             self._gateway = Tunnel(make_gateway(now=time.monotonic()), **self._gateway_kwargs)
             return self._gateway
