@@ -1,20 +1,25 @@
 """L3 benchmark: iperf3 TCP and ping through Raven's tunnel vs wireguard-go, same namespaces.
 
 Builds the e2e topology of tests/e2e/test_l3_netns.py (cloud host, cloud gateway, edge
-gateway, edge host), then, one after the other in the same run and between the same
-namespaces, measures:
+gateway, edge host) and runs both tunnels side by side between the same namespaces:
 
-- ``raven``: the real ``raven gateway`` / ``raven agent`` with ``tun.enabled`` (encrypted);
-- ``wireguard``: Debian's ``wireguard-go`` (userspace WireGuard over TUN) on the same underlay;
-- ``pipe`` (only with ``--pipe``): the unencrypted pipe link of
+- ``raven``: the real ``raven gateway`` / ``raven agent`` with ``tun.enabled`` (encrypted),
+  carrying the site's prefix 192.168.50.0/24;
+- ``wireguard``: Debian's ``wireguard-go`` (userspace WireGuard over TUN) on the same underlay,
+  carrying a second address of the same edge host, 192.168.51.7 (its replies leave through
+  wireguard-go by a source rule in the edge gateway);
+- ``pipe`` (only with ``--pipe``, after the others): the unencrypted pipe link of
   tests/integration/test_l3_pipe_link.py, the L3 data path alone.
 
-For each: iperf3 TCP cloud -> edge with 1 and 4 streams (and 1 stream back), ping p50/p99 (ICMP echo, 56
-bytes), and the CPU time of the two tunnel processes per Gbit carried. Both tunnels use
-MTU 1380. Prints Markdown. Needs root, iperf3, wireguard-go and wg
-(`sudo scripts/setup --bench` installs them)::
+For each: iperf3 TCP cloud -> edge with 1 and 4 streams (and 1 stream back), one tunnel after
+the other, and the CPU time of its two processes per Gbit carried. Ping (ICMP echo, 56 bytes,
+one per 5 ms) runs in ``--rounds`` rounds that alternate between the tunnels, so that both
+meet the same machine: on a shared VM a process's wake-up cost drifts by 2x within minutes,
+and a ratio of two runs minutes apart measured that drift. Both tunnels use MTU 1380.
+Prints Markdown. Needs root, iperf3, wireguard-go and wg (`sudo scripts/setup --bench`
+installs them)::
 
-    sudo .venv/bin/python bench/bench_l3.py [--seconds 5] [--pings 200] [--pipe]
+    sudo .venv/bin/python bench/bench_l3.py [--seconds 5] [--pings 200] [--rounds 10] [--pipe]
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ sys.path.insert(0, str(REPO))
 from tests.e2e.netns import Lab, Netns, Proc, missing_prerequisites, wait_until  # noqa: E402
 from tests.e2e.test_l3_netns import (  # noqa: E402
     CLOUD_SUBNETS,
-    EDGE_SUBNETS,
     TUN_MTU,
     L3Lab,
     bps,
@@ -68,42 +72,73 @@ class Result:
     retransmits: dict[int, int] = field(default_factory=dict)
     rtt_ms: list[float] = field(default_factory=list)
     lost: int = 0
+    round_p50: list[float] = field(default_factory=list)
 
 
-def measure(name: str, t: L3Lab, procs: list[Proc], seconds: float, pings: int) -> Result:
-    res = Result(name)
-    ping(t.cloud, "192.168.50.7", 20, interval_s=0.005)  # warm up neighbours and caches
-    res.rtt_ms = ping(t.cloud, "192.168.50.7", pings, interval_s=0.005)
-    res.lost = pings - len(res.rtt_ms)
+#: The second address of the edge host, reached through wireguard-go (raven carries
+#: EDGE_SUBNETS: 192.168.50.0/24)
+WG_PREFIX, WG_HOST, WG_GATEWAY_ADDR = "192.168.51.0/24", "192.168.51.7", "192.168.51.1/24"
+RAVEN_HOST = "192.168.50.7"
+#: The edge gateway's routing table for replies from WG_PREFIX
+WG_TABLE = "51"
+
+
+def measure_throughput(res: Result, t: L3Lab, procs: list[Proc], dst: str, seconds: float) -> None:
     for streams in (1, 4):
         before = cpu_seconds(procs)
-        run = iperf(t.lab, t.cloud, t.edge, "192.168.50.7", streams=streams, seconds=seconds)
+        run = iperf(t.lab, t.cloud, t.edge, dst, streams=streams, seconds=seconds)
         cpu = cpu_seconds(procs) - before
         rate = bps(run)
         res.mbps[streams] = rate / 1e6
         res.cpu_per_gbit[streams] = cpu / (rate * seconds / 1e9)
         res.retransmits[streams] = int(run["end"]["sum_sent"].get("retransmits", 0))
-    back = iperf(t.lab, t.cloud, t.edge, "192.168.50.7", seconds=seconds, reverse=True)
+    back = iperf(t.lab, t.cloud, t.edge, dst, seconds=seconds, reverse=True)
     res.mbps[-1] = bps(back) / 1e6  # edge -> cloud, 1 stream
-    return res
+
+
+def measure_pings(t: L3Lab, targets: list[tuple[Result, str]], pings: int, rounds: int) -> None:
+    """``pings`` echoes per target in ``rounds`` rounds, the targets alternating (and their
+    order too); each round's p50 is kept for the per-round ratio."""
+    per_round = max(1, pings // rounds)
+    for _, dst in targets:
+        ping(t.cloud, dst, 20, interval_s=0.005)  # warm up neighbours and caches
+    for r in range(rounds):
+        for res, dst in targets if r % 2 == 0 else targets[::-1]:
+            rtts = ping(t.cloud, dst, per_round, interval_s=0.005)
+            res.lost += per_round - len(rtts)
+            res.rtt_ms += rtts
+            if rtts:
+                res.round_p50.append(statistics.median(rtts))
+
+
+def add_wireguard_site(t: L3Lab) -> None:
+    """WG_HOST on the edge host, routed from the cloud host like the site's prefix; the edge
+    gateway sends replies from it back through wireguard-go (source rule, table WG_TABLE)."""
+    t.edge.ip("addr", "add", f"{WG_HOST}/24", "dev", "e0")
+    t.agent.ip("addr", "add", WG_GATEWAY_ADDR, "dev", "a0")
+    t.cloud.ip("route", "add", WG_PREFIX, "via", "10.1.0.1")
+    t.agent.ip("rule", "add", "from", WG_PREFIX, "lookup", WG_TABLE, "priority", "100")
+    for ns in (t.gw, t.agent):  # the two tunnels route the same cloud prefix differently
+        ns.run(["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"])
 
 
 def start_wireguard(t: L3Lab) -> list[Proc]:
-    """wireguard-go in the gateway and agent namespaces, routing the same prefixes."""
+    """wireguard-go in the gateway and agent namespaces: WG_PREFIX one way, the cloud
+    prefixes back (from WG_PREFIX only: see add_wireguard_site)."""
     tag = str(os.getpid())[-6:]
     env = {"WG_PROCESS_FOREGROUND": "1", "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD": "1"}
-    sides: list[tuple[Netns, str, list[str], str | None]] = [
-        (t.gw, f"wgg{tag}", EDGE_SUBNETS, None),
-        (t.agent, f"wga{tag}", CLOUD_SUBNETS, "10.0.9.1:51820"),
+    sides: list[tuple[Netns, str, list[str], str | None, str | None]] = [
+        (t.gw, f"wgg{tag}", [WG_PREFIX], None, None),
+        (t.agent, f"wga{tag}", CLOUD_SUBNETS[:1], "10.0.9.1:51820", WG_TABLE),
     ]
     keys = {}
-    for ns, dev, _, _ in sides:
+    for ns, dev, _, _, _ in sides:
         private = ns.run(["wg", "genkey"]).strip()
         (t.lab.workdir / f"{dev}.key").write_text(private + "\n")
         os.chmod(t.lab.workdir / f"{dev}.key", 0o600)
         keys[dev] = ns.run(["wg", "pubkey"], input_text=private).strip()
     procs = []
-    for i, (ns, dev, routes, endpoint) in enumerate(sides):
+    for i, (ns, dev, routes, endpoint, table) in enumerate(sides):
         proc = t.lab.process(ns, f"wireguard-{dev}", ["wireguard-go", dev], env=env)
         procs.append(proc)
         wait_until(Path(f"/var/run/wireguard/{dev}.sock").exists, 10, f"{dev} up", procs=[proc])
@@ -116,10 +151,8 @@ def start_wireguard(t: L3Lab) -> list[Proc]:
         ns.run(cmd)
         ns.ip("link", "set", dev, "mtu", str(TUN_MTU), "up")
         for prefix in routes:
-            ns.ip("-6" if ":" in prefix else "-4", "route", "replace", prefix, "dev", dev)
-    wait_until(
-        lambda: ping(t.cloud, "192.168.50.7", 1, timeout_s=0.3), 20, "ping through wireguard"
-    )
+            ns.ip("route", "replace", prefix, "dev", dev, *(["table", table] if table else []))
+    wait_until(lambda: ping(t.cloud, WG_HOST, 1, timeout_s=0.3), 20, "ping through wireguard")
     return procs
 
 
@@ -141,6 +174,12 @@ def table(results: list[Result], seconds: float, pings: int) -> str:
         row(f"iperf3 TCP {s} stream{'s' * (s > 1)} (Mbit/s)", [r.mbps[s] for r in results], ".0f")
     row("iperf3 TCP 1 stream edge -> cloud (Mbit/s)", [r.mbps[-1] for r in results], ".0f")
     row("ping p50 (ms)", [statistics.median(r.rtt_ms) for r in results], ".3f")
+    if head.endswith("wireguard-go |") and len(results[0].round_p50) == len(results[1].round_p50):
+        ratios = [a / b for a, b in zip(results[0].round_p50, results[1].round_p50, strict=True)]
+        lines.append(
+            f"| ping p50, per-round ratio: median (min-max of {len(ratios)}) | | |"
+            f" {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        )
     row("ping p99 (ms)", [percentile(r.rtt_ms, 0.99) for r in results], ".3f")
     for s in (1, 4):
         row(
@@ -160,7 +199,8 @@ def table(results: list[Result], seconds: float, pings: int) -> str:
     lines.append("")
     lines.append(
         f"{platform.node()}: {os.cpu_count()} CPUs, load {load:.2f} at the end; iperf3 "
-        f"{seconds:g} s per run, cloud host -> edge host; {pings} pings at 5 ms; MTU {TUN_MTU}."
+        f"{seconds:g} s per run, cloud host -> edge host; {pings} pings at 5 ms per tunnel, in "
+        f"alternating rounds; MTU {TUN_MTU}."
     )
     return "\n".join(lines)
 
@@ -169,30 +209,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per iperf3 run")
     parser.add_argument("--pings", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=10, help="ping rounds, alternating")
     parser.add_argument("--pipe", action="store_true", help="also the unencrypted pipe link")
     args = parser.parse_args()
     problems = missing_prerequisites(("iperf3", "wireguard-go", "wg"))
     if problems:
         print("bench_l3: " + "; ".join(problems), file=sys.stderr)
         return 2
-    results = []
+    raven, wireguard = Result("raven"), Result("wireguard-go")
+    results = [raven, wireguard]
     with Lab(Path(tempfile.mkdtemp(prefix="bench-l3-"))) as lab:
-        runs = [("raven", "raven"), ("wireguard-go", "wireguard")]
-        if args.pipe:
-            runs.append(("pipe link (no crypto, no offload)", "pipe"))
         topo = L3Lab.build(lab, "raven")
-        for label, impl in runs:
-            t = L3Lab(lab, topo.cloud, topo.gw, topo.agent, topo.edge, impl)
-            if impl == "wireguard":
-                procs = start_wireguard(t)
-            else:
-                t.start()
-                procs = [p for p in (t.gateway, t.agent_proc) if p]
-            print(f"measuring {label}...", file=sys.stderr)
-            results.append(measure(label, t, procs, args.seconds, args.pings))
+        add_wireguard_site(topo)
+        t = L3Lab(lab, topo.cloud, topo.gw, topo.agent, topo.edge, "raven")
+        t.start()
+        raven_procs = [p for p in (t.gateway, t.agent_proc) if p]
+        wg_procs = start_wireguard(t)
+        print("measuring raven...", file=sys.stderr)
+        measure_throughput(raven, t, raven_procs, RAVEN_HOST, args.seconds)
+        print("measuring wireguard-go...", file=sys.stderr)
+        measure_throughput(wireguard, t, wg_procs, WG_HOST, args.seconds)
+        print(f"ping, {args.rounds} rounds alternating...", file=sys.stderr)
+        measure_pings(t, [(raven, RAVEN_HOST), (wireguard, WG_HOST)], args.pings, args.rounds)
+        for p in raven_procs + wg_procs:
+            p.stop()
+        if args.pipe:
+            time.sleep(0.5)
+            pipe = Result("pipe link (no crypto, no offload)")
+            tp = L3Lab(lab, topo.cloud, topo.gw, topo.agent, topo.edge, "pipe")
+            tp.start()
+            procs = [p for p in (tp.gateway, tp.agent_proc) if p]
+            measure_throughput(pipe, tp, procs, RAVEN_HOST, args.seconds)
+            measure_pings(tp, [(pipe, RAVEN_HOST)], args.pings, args.rounds)
+            results.append(pipe)
             for p in procs:
                 p.stop()
-            time.sleep(0.5)
     print(table(results, args.seconds, args.pings))
     return 0
 
