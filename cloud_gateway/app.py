@@ -21,6 +21,7 @@ from raven.config import defaults
 from raven.config.gateway import GatewayConfig, load_gateway_config
 from raven.config.loader import ConfigError
 from raven.keys import KeyError_, decode_key, read_private_key_file
+from raven.loop_lag import LoopLagProbe
 from raven.metrics import TunnelMetrics
 from raven.process_metrics import process_registry
 from raven.promclient import generate_text_off_loop
@@ -45,6 +46,7 @@ class GatewayApp:
     def __init__(self, config: GatewayConfig, *, registry: CollectorRegistry | None = None) -> None:
         self.config = config
         self.metrics_registry = registry or process_registry()
+        self.loop_lag = LoopLagProbe(self.metrics_registry)
         self.metrics = TunnelMetrics(self.metrics_registry, peer_label="agent")
         self.registry = Registry(config.agents, self.metrics, node_ttl_s=config.node_ttl_s)
         self.static_private = read_private_key_file(config.private_key_file)
@@ -95,6 +97,7 @@ class GatewayApp:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        self.loop_lag.start()
         # L3 first: an agent registering the moment the tunnel port opens must find the
         # router's session hook in place, or its prefixes would get no routes.
         if self.config.tun.enabled:
@@ -133,6 +136,7 @@ class GatewayApp:
 
     async def stop(self) -> None:
         """Graceful drain: GOAWAY to agents, finish open streams (bounded), then stop."""
+        self.loop_lag.stop()
         self.draining = True
         timeout = self.config.limits.drain_timeout_s
         if self.proxy is not None:

@@ -12,6 +12,7 @@ from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.admin.asyncio_backend import AsyncioBackend
 from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
+from raven.loop_lag import LoopLagProbe
 from raven.metrics import TunnelMetrics
 from raven.process_metrics import process_registry
 from raven.promclient import CollectorRegistry, Gauge
@@ -28,6 +29,7 @@ class AgentApp:
         self.config = config
         self.metrics_registry = registry or process_registry()
         self.metrics = TunnelMetrics(self.metrics_registry, peer_label="gateway")
+        self.loop_lag = LoopLagProbe(self.metrics_registry)
         self.relay = Relay(
             config.nodes, config.allowed_ports, config.connect_timeout_s, self.metrics_registry
         )
@@ -114,6 +116,7 @@ class AgentApp:
         self.dialer.reregister()
 
     async def start(self) -> None:
+        self.loop_lag.start()
         if self.config.gpu_exporter.enabled:
             from gpu_exporter.embed import start_embedded_exporter
 
@@ -147,6 +150,7 @@ class AgentApp:
         self.set_nodes(nodes)
 
     async def stop(self) -> None:
+        self.loop_lag.stop()
         await self.dialer.stop()
         if self.backfill is not None:
             await self.backfill.stop()

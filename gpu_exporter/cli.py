@@ -30,6 +30,7 @@ from gpu_exporter.server import DEFAULT_UNHEALTHY_AFTER, GpuExporter
 from gpu_exporter.setup import build_mapper, real_backend
 from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SHARING_MODES, SimulatedBackend
 from raven.hostport import AddressError, parse_hostport
+from raven.loop_lag import LoopLagProbe
 from raven.process_metrics import process_registry
 
 __all__ = ["build_exporter", "parse_address", "register", "run"]
@@ -275,9 +276,12 @@ async def _serve(exporter: GpuExporter) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     await exporter.start()
+    lag = LoopLagProbe(exporter.metrics.registry)
+    lag.start()
     try:
         await stop.wait()
     finally:
+        lag.stop()
         await exporter.stop()
 
 

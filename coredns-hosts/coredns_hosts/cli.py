@@ -35,6 +35,7 @@ from coredns_hosts.sources.kubernetes import DEFAULT_NODE_SELECTOR, DEFAULT_SERV
 from raven.admin import AdminServer
 from raven.config.defaults import HOSTS_ADMIN_PORT
 from raven.hostport import AddressError
+from raven.loop_lag import LoopLagProbe
 from raven.process_metrics import process_registry
 
 log = logging.getLogger(__name__)
@@ -313,11 +314,14 @@ async def _run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    lag = LoopLagProbe(metrics.registry)
+    lag.start()
     try:
         await task
     except asyncio.CancelledError:
         log.info("stopping")
     finally:
+        lag.stop()
         if admin is not None:
             await admin.stop()
     return EXIT_OK

@@ -58,6 +58,7 @@ async def test_gateway_and_agent_metrics_pass_promtool(tmp_path: Path) -> None:
         assert "raven_build_info{" in text, name
         assert "process_resident_memory_bytes" in text, name
         assert "python_info{" in text, name
+        assert "raven_event_loop_lag_seconds_bucket{" in text, name
         assert "_created" not in text, name
     assert "raven_tunnel_keepalive_rtt_seconds_bucket" in pages["gateway"]
     # the GPU exporter's own metrics (its DCGM_* families keep dcgm-exporter's names and labels)

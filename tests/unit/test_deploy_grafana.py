@@ -31,6 +31,7 @@ from edge_agent.backfill.metrics import BackfillMetrics as AgentBackfillMetrics
 from edge_agent.backfill.store import Totals
 from edge_agent.relay import RelayMetrics
 from raven.l3.metrics import L3Metrics
+from raven.loop_lag import LoopLagProbe
 from raven.metrics import TunnelMetrics
 from raven.process_metrics import BuildInfoCollector
 from raven.protocol.scheduler import TunnelStats
@@ -87,6 +88,7 @@ def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     table = TargetTable(max_targets=1, forget_after_s=1.0, keep_while_down_s=1.0)
     AgentBackfillMetrics(registry, Totals, table, dict)
     registry.register(BuildInfoCollector())
+    LoopLagProbe(registry)
     out: dict[str, tuple[str, set[str]]] = {}
     for collector in list(registry._collector_to_names):
         if isinstance(collector, MetricWrapperBase):
