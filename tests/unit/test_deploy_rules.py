@@ -35,7 +35,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules(tmp_path: Path) -> None:
     out = promtool("check", "rules", str(rules_file(tmp_path)))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 5 rules found" in out.stdout + out.stderr
+    assert "SUCCESS: 6 rules found" in out.stdout + out.stderr
 
 
 def test_every_alert_fires_as_intended(tmp_path: Path) -> None:
