@@ -146,7 +146,7 @@ async def probe(proxy: int, target_port: int, nodes: int, seconds: float) -> lis
     return out
 
 
-def pct(values: list[float], q: float) -> float:
+def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else float("nan")
 
 

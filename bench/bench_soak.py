@@ -333,6 +333,50 @@ def gateway_counters(lab: Lab) -> dict[str, float]:
     return out
 
 
+def loop_lag_buckets(port: int) -> dict[float, float]:
+    """A process's cumulative ``raven_event_loop_lag_seconds`` buckets: upper bound -> count."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        float(s.labels["le"]): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "raven_event_loop_lag_seconds_bucket"
+    }
+
+
+def lag_stats(before: dict[float, float], after: dict[float, float]) -> dict[str, float]:
+    """p99 (interpolated in its bucket, as histogram_quantile does) and the share of samples
+    over 10 ms of the loop lag recorded between two snapshots."""
+    bounds = sorted(after)
+    delta = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = delta[-1]
+    if not total:
+        return {"p99": float("nan"), "over_10ms": float("nan"), "samples": 0}
+    rank, lower, below = 0.99 * total, 0.0, 0.0
+    p99 = bounds[-2]  # in the +Inf bucket: the largest finite bound, as Prometheus answers
+    for bound, count in zip(bounds, delta, strict=True):
+        if count >= rank and bound != float("inf"):
+            p99 = lower + (bound - lower) * (rank - below) / max(count - below, 1e-9)
+            break
+        lower, below = bound, count
+    at_10ms = delta[bounds.index(0.01)]
+    return {"p99": p99, "over_10ms": 1 - at_10ms / total, "samples": total}
+
+
+def print_loop_lag(lags: dict[str, dict[str, dict[str, float]]]) -> None:
+    """Event-loop lag of the gateway and the watched agent, per phase (their /metrics)."""
+    print("\n| `raven_event_loop_lag_seconds` (sampled every 0.25 s) | quiet | load |")
+    print("|---|---|---|")
+    for name, phases in lags.items():
+        q, ld = phases["quiet"], phases["load"]
+        print(f"| {name}: p99 | {q['p99'] * 1000:.1f} ms | {ld['p99'] * 1000:.1f} ms |")
+        print(f"| {name}: samples over 10 ms | {q['over_10ms']:.2%} of {q['samples']:.0f} |"
+              f" {ld['over_10ms']:.2%} of {ld['samples']:.0f} |")  # fmt: skip
+
+
 def print_gateway_counters(lab: Lab) -> None:
     """The gateway's non-zero close, proxy-error and handshake counters as a Markdown table."""
     print("\n| gateway counter (non-zero) | value |\n|---|---|")
@@ -405,7 +449,7 @@ def start(lab: Lab, isolate: bool = False) -> None:
 
 
 def report(lab: Lab, args: argparse.Namespace, phases: dict[str, dict[str, float]],
-           tally: Tally) -> None:  # fmt: skip
+           tally: Tally, lags: dict[str, dict[str, dict[str, float]]]) -> None:  # fmt: skip
     q, ld = phases["quiet"], phases["load"]
     mode = ", --isolate (driver, busy agent and targets at nice 19)" if args.isolate else ""
     print(f"### Soak: {args.minutes:g} min of load (quiet run {args.quiet_s:g} s first),"
@@ -433,6 +477,7 @@ def report(lab: Lab, args: argparse.Namespace, phases: dict[str, dict[str, float
         now, peak = rss_mib(lab.procs.procs[name].pid)
         label = name if name in ("gateway", "prometheus") else f"agent {name}"
         print(f"| {label} | {now:.0f} MiB | {peak:.0f} MiB |")
+    print_loop_lag(lags)
     print("\n| well-behaved clients' outcomes | count |\n|---|---|")
     for key, n in sorted(tally.statuses.items()):
         print(f"| {key} | {n:,} |")
@@ -447,18 +492,24 @@ def report(lab: Lab, args: argparse.Namespace, phases: dict[str, dict[str, float
 def run(lab: Lab, args: argparse.Namespace) -> None:
     start(lab, args.isolate)
     time.sleep(3)  # Prometheus's first scrapes settle
+    ports = {"gateway": lab.ports.gw_admin, "agent watched": lab.ports.admin["watched"]}
+    snaps = [{name: loop_lag_buckets(port) for name, port in ports.items()}]
     t0 = time.time()
     time.sleep(args.quiet_s)
     t1 = time.time()
+    snaps.append({name: loop_lag_buckets(port) for name, port in ports.items()})
     tally = Tally()
     if args.isolate:
         os.nice(19)  # the load driver (clients, hostile agent) stands for other machines
     asyncio.run(load(lab, args, tally))
     t2 = time.time()
+    snaps.append({name: loop_lag_buckets(port) for name, port in ports.items()})
     time.sleep(2)  # the last scrapes land in the TSDB
     phases = {"quiet": phase_stats(lab.ports.prom, t0, t1),
               "load": phase_stats(lab.ports.prom, t1, t2)}  # fmt: skip
-    report(lab, args, phases, tally)
+    lags = {name: {"quiet": lag_stats(snaps[0][name], snaps[1][name]),
+                   "load": lag_stats(snaps[1][name], snaps[2][name])} for name in ports}  # fmt: skip
+    report(lab, args, phases, tally, lags)
 
 
 def main() -> None:
