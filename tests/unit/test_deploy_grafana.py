@@ -42,6 +42,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "raven-tunnel.json"
 
 #: The tunnel-side metrics the dashboard must show (issue 7).
 REQUIRED = {
+    "raven_event_loop_lag_seconds",
     "raven_tunnels_connected",
     "raven_handshakes_total",
     "raven_tunnel_bytes_total",
