@@ -47,8 +47,12 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from prometheus_client.samples import Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -318,31 +322,29 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return got["VmRSS"], got["VmHWM"]
 
 
-def gateway_counters(lab: Lab) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    url = f"http://127.0.0.1:{lab.ports.gw_admin}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    wanted = ("raven_tunnel_closes_total", "raven_proxy_errors_total", "raven_handshakes_total")
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name in wanted and s.value:
-                out[f"{s.name}{json.dumps(s.labels, sort_keys=True)}"] = s.value
-    return out
-
-
-def loop_lag_buckets(port: int) -> dict[float, float]:
-    """A process's cumulative ``raven_event_loop_lag_seconds`` buckets: upper bound -> count."""
+def metric_samples(port: int) -> list[Sample]:
+    """Every sample of a process's /metrics (admin port ``port``)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
+    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def gateway_counters(lab: Lab) -> dict[str, float]:
+    wanted = ("raven_tunnel_closes_total", "raven_proxy_errors_total", "raven_handshakes_total")
+    return {
+        f"{s.name}{json.dumps(s.labels, sort_keys=True)}": s.value
+        for s in metric_samples(lab.ports.gw_admin)
+        if s.name in wanted and s.value
+    }
+
+
+def loop_lag_buckets(port: int) -> dict[float, float]:
+    """A process's cumulative ``raven_event_loop_lag_seconds`` buckets: upper bound -> count."""
     return {
         float(s.labels["le"]): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
+        for s in metric_samples(port)
         if s.name == "raven_event_loop_lag_seconds_bucket"
     }
 
