@@ -212,8 +212,14 @@ class TunnelListener:
         )
         if tunnel.closed.done():
             return
-        self.registry.registered(session, ok_nodes, ok_prefixes, refused)
-        tunnel.answer_registration(ok_nodes, ok_prefixes, refused)
+        await self.registry.registered(session, ok_nodes, ok_prefixes, refused)
+        frames: list[bytes] = []
+        for frame in tunnel.conn.registration_answer(ok_nodes, ok_prefixes, refused):
+            frames.append(frame)
+            await asyncio.sleep(0)  # one frame (~1,000 names) encoded per loop turn
+        if tunnel.closed.done() or not self.registry.live(session):
+            return
+        tunnel.answer_registration(frames)
         for hook in self.session_hooks:
             hook(session, True)
 

@@ -12,8 +12,9 @@ one or more whole frames; a frame never spans two records.
 from __future__ import annotations
 
 import enum
+import itertools
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -280,19 +281,18 @@ def encode_frame(frame: Frame) -> bytes:
     raise LocalProtocolError(f"not a frame: {frame!r}")  # pragma: no cover
 
 
-def _chunk(entries: Iterable[bytes], ftype: FrameType, max_payload: int) -> list[bytes]:
-    """Pack encoded entries into as few frames as fit ``max_payload``; the last is FINAL."""
-    frames: list[bytes] = []
+def _chunk(entries: Iterable[bytes], ftype: FrameType, max_payload: int) -> Iterator[bytes]:
+    """Pack encoded entries into as few frames as fit ``max_payload``, each frame made as
+    it fills (lazily: the entries are encoded as they are consumed); the last is FINAL."""
     chunk: list[bytes] = []
     size = 0
     for entry in entries:
         if size + len(entry) > max_payload and chunk:
-            frames.append(_frame(ftype, 0, b"".join(chunk)))
+            yield _frame(ftype, 0, b"".join(chunk))
             chunk, size = [], 0
         chunk.append(entry)
         size += len(entry)
-    frames.append(_frame(ftype, 0, b"".join(chunk), FLAG_FINAL))
-    return frames
+    yield _frame(ftype, 0, b"".join(chunk), FLAG_FINAL)
 
 
 def encode_register(
@@ -301,7 +301,7 @@ def encode_register(
     """REGISTER frames carrying the whole set; the last one has FLAG_FINAL."""
     entries = [encode_entry(ENTRY_NODE, check_node_name(n).encode("ascii")) for n in nodes]
     entries += [encode_entry(ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in prefixes]
-    return _chunk(entries, FrameType.REGISTER, max_payload)
+    return list(_chunk(entries, FrameType.REGISTER, max_payload))
 
 
 def encode_register_result(
@@ -309,13 +309,15 @@ def encode_register_result(
     accepted_prefixes: Iterable[str],
     refused: Iterable[tuple[str, str]],
     max_payload: int = MAX_FRAME_PAYLOAD_BYTES,
-) -> list[bytes]:
-    """REGISTER_RESULT frames carrying the whole answer; the last one has FLAG_FINAL."""
-    entries = [encode_entry(ENTRY_NODE, check_node_name(n).encode("ascii")) for n in accepted_nodes]
-    entries += [
-        encode_entry(ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in accepted_prefixes
-    ]
-    entries += [encode_refused(entry, reason) for entry, reason in refused]
+) -> Iterator[bytes]:
+    """REGISTER_RESULT frames carrying the whole answer, each encoded when it is asked for
+    (an answer of 16,384 names is ~16 frames: a caller on an event loop can take one per
+    turn); the last one has FLAG_FINAL."""
+    entries = itertools.chain(
+        (encode_entry(ENTRY_NODE, check_node_name(n).encode("ascii")) for n in accepted_nodes),
+        (encode_entry(ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in accepted_prefixes),
+        (encode_refused(entry, reason) for entry, reason in refused),
+    )
     return _chunk(entries, FrameType.REGISTER_RESULT, max_payload)
 
 

@@ -53,7 +53,6 @@ from raven.protocol.frames import (
     ResetFrame,
     encode_frame,
     encode_register,
-    encode_register_result,
     parse_frames,
 )
 from raven.protocol.keepalive import Keepalive
@@ -91,7 +90,8 @@ class Multiplexer:
         self._table = StreamTable(initiator=initiator, limits=limits)
         self.stats = TunnelStats()
         self._out = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
-        self._chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
+        #: registration frames' payload size
+        self.chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events = EventQueue()
         #: received L3 packets: to ``datagrams.sink`` when set, else DatagramReceived events
@@ -264,23 +264,16 @@ class Multiplexer:
         nodes, prefixes = list(nodes), list(prefixes)
         if len(nodes) + len(prefixes) > self._limits.max_registration_entries:
             raise LocalProtocolError("registration exceeds max_registration_entries")
-        for frame in encode_register(nodes, prefixes, self._chunk_bytes):
+        for frame in encode_register(nodes, prefixes, self.chunk_bytes):
             self._queue_control(frame)
 
-    def answer_registration(
-        self,
-        accepted_nodes: Iterable[str],
-        accepted_prefixes: Iterable[str],
-        refused: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        """(responder) Tell the agent what it may serve and what was refused, and why."""
+    def answer_registration(self, frames: Iterable[bytes]) -> None:
+        """(responder) Tell the agent what it may serve and what was refused, and why: the
+        REGISTER_RESULT frames of ``encode_register_result(..., self.chunk_bytes)``."""
         self._move(TunnelInput.SEND_REGISTRATION)
         if self._initiator:
             raise LocalProtocolError("only the responder (gateway) answers a registration")
-        frames = encode_register_result(
-            accepted_nodes, accepted_prefixes, refused, self._chunk_bytes
-        )
-        self._queue_peer_induced(frames)
+        self._queue_peer_induced(list(frames))
 
     # ------------------------------------------------------------------ tunnel lifecycle
 

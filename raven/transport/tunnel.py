@@ -231,10 +231,9 @@ class Tunnel(CopyingReader):
     def register(self, nodes: list[str], prefixes: list[str]) -> None:
         self._call(lambda c: c.register(nodes, prefixes))
 
-    def answer_registration(
-        self, nodes: list[str], prefixes: list[str], refused: list[tuple[str, str]]
-    ) -> None:
-        self._call(lambda c: c.answer_registration(nodes, prefixes, refused))
+    def answer_registration(self, frames: list[bytes]) -> None:
+        """Send a registration's answer (frames of ``conn.registration_answer``)."""
+        self._call(lambda c: c.send_registration_answer(frames))
 
     def go_away(self, reason: str = "shutting down") -> None:
         """Start draining: no new streams either way; open ones go on. A tunnel still

@@ -86,4 +86,4 @@ def test_multiplexer_follows_the_tunnel_table() -> None:
     mux.close(CloseCode.NORMAL, "bye")
     assert mux.state is TunnelState.CLOSED and mux.closed
     with pytest.raises(LocalProtocolError, match="send_registration"):
-        mux.answer_registration([], [])
+        mux.answer_registration([])

@@ -39,6 +39,7 @@ from raven.protocol.frames import (
     RegisterResultFrame,
     ResetFrame,
     encode_frame,
+    encode_register_result,
     parse_frames,
 )
 from raven.protocol.limits import Limits
@@ -544,7 +545,8 @@ def test_registration_of_ten_thousand_nodes() -> None:
     assert pair.agent.stats.frames_sent["register"] > 3
     assert events(pair.gateway) == [RegistrationReceived(tuple(nodes), tuple(prefixes))]
     refused = tuple((n, "not authorised for this agent") for n in nodes[5000:])
-    pair.gateway.answer_registration(nodes[:5000], prefixes[:1], refused)
+    answer = encode_register_result(nodes[:5000], prefixes[:1], refused, pair.gateway.chunk_bytes)
+    pair.gateway.answer_registration(answer)
     pair.pump()
     assert events(pair.agent) == [
         RegistrationAnswered(tuple(nodes[:5000]), tuple(prefixes[:1]), refused)
@@ -560,7 +562,7 @@ def test_registration_roles_and_limits() -> None:
     with pytest.raises(LocalProtocolError):
         pair.gateway.register(["n"], [])
     with pytest.raises(LocalProtocolError):
-        pair.agent.answer_registration(["n"], [], [])
+        pair.agent.answer_registration(encode_register_result(["n"], [], []))
     with pytest.raises(LocalProtocolError):
         pair.agent.register([f"n{i}" for i in range(11)], [])
     with pytest.raises(RemoteProtocolError, match="REGISTER sent"):

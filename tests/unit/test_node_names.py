@@ -22,6 +22,7 @@ from raven.kube.objects import KubeObjectError, node_name
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.frames import OpenFrame, encode_frame, parse_frames
 from raven.protocol.names import (
+    _label_rules_error,
     canonical_node_name,
     is_ip_literal,
     is_valid_node_name,
@@ -150,3 +151,19 @@ def test_ip_literal_check_agrees_with_ipaddress(text: str) -> None:
     """The exception-free fast path of is_ip_literal never changes its answer."""
     bracketed = text[1:-1] if text.startswith("[") and text.endswith("]") else text
     assert is_ip_literal(text) == _parses_as_ip(bracketed)
+
+
+@given(
+    st.one_of(
+        names,
+        st.text(alphabet=st.sampled_from("aZ9-.:[]\u212a\u0131"), max_size=20),
+        st.from_regex(r"[a-zA-Z0-9-]{1,70}(\.[a-zA-Z0-9-]{0,70}){0,4}", fullmatch=True),
+        st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,4}", fullmatch=True),
+    )
+)
+def test_one_match_check_agrees_with_the_rules(name: str) -> None:
+    """node_name_error's one-match fast path accepts exactly what the rules accept, the
+    Kelvin sign and dotless i included (case-insensitive matching must not fold them)."""
+    assert (node_name_error(name) is None) == (_label_rules_error(name) is None)
+    if node_name_error(name) is not None:
+        assert node_name_error(name) == _label_rules_error(name)
