@@ -24,8 +24,10 @@ MAX_LABEL_BYTES = 63
 
 _IPV4_CHARS = "0123456789."
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
-#: A whole name whose every label is valid, in one match (either case; no trailing dot).
-#: Registrations carry up to 16,384 names, each checked on decode, authorisation and answer.
+#: Registrations carry up to 16,384 names, each checked on decode, authorisation and
+#: answer: valid labels (either case) are checked in one match, which never backtracks more
+#: than a character (a label's last), then the length and the last label; the rules one by
+#: one (:func:`_label_rules_error`) only say what is wrong with a name refused.
 _ANY_CASE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _NAME = re.compile(rf"{_ANY_CASE_LABEL}(?:\.{_ANY_CASE_LABEL})*")
 

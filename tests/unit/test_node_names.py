@@ -158,6 +158,7 @@ def test_ip_literal_check_agrees_with_ipaddress(text: str) -> None:
         names,
         st.text(alphabet=st.sampled_from("aZ9-.:[]\u212a\u0131"), max_size=20),
         st.from_regex(r"[a-zA-Z0-9-]{1,70}(\.[a-zA-Z0-9-]{0,70}){0,4}", fullmatch=True),
+        st.from_regex(r"[a-z0-9-]{60,66}(\.[a-z0-9-]{1,66}){2,4}", fullmatch=True),
         st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,4}", fullmatch=True),
     )
 )

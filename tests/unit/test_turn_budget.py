@@ -94,3 +94,15 @@ async def test_reading_resumes_only_when_neither_slices_nor_events_wait() -> Non
         await asyncio.sleep(0)
     assert len(got) == 2 and "events" in order
     assert transport.calls == ["pause", "resume"]  # paused once, resumed once at the end
+
+
+async def test_a_turn_stops_before_a_slice_that_would_overrun_it() -> None:
+    """Slices of 0.8 ms against the 2 ms budget: two per turn (1.6 ms), not a third that
+    would end at 2.4 ms (a REGISTER flood's slices cost ~1.5-3 ms each: one per turn)."""
+    receiver, got, order, _transport = slices(clock_step=0.0008)
+    receiver.feed(bytes(5 * SLICE_BYTES))
+    assert order == ["slice", "slice", "after"]
+    for _ in range(4):
+        await asyncio.sleep(0)
+    assert order == ["slice", "slice", "after"] * 2 + ["slice", "after"]
+    assert len(got) == 5
