@@ -11,6 +11,9 @@ authorised peer can do, one attack per tunnel, reconnecting after each close:
 - ``open-flood``: OPENs the gateway must refuse (agents do not open streams);
 - ``garbage-records``: random bytes after the handshake (records that fail authentication).
 
+Not in the cycle, for benches: ``register-churn``, one full REGISTER a second, within the
+control budget (so each is checked, applied and answered: the gateway's costliest legal work).
+
 It never reads what the gateway sends (no PONGs, no refusals consumed), so a tunnel that
 outlives its flood ends on the gateway's keepalive, or on the round limit here.
 
@@ -42,6 +45,7 @@ from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
 
 ATTACKS = ("register-flood", "open-flood", "garbage-records")
+CHURN = "register-churn"
 #: How each round can end: the gateway closed the tunnel, or the round limit came first.
 CLOSED, HELD = "closed", "held"
 #: Names in a flood's REGISTER are ``<prefix><i>-`` padded with this many ``x``.
@@ -118,7 +122,7 @@ async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int]) -
             _flood(conn, writer, kind, agent.register)
             writer.write(conn.data_to_send(None, time.monotonic()))
             await writer.drain()
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0 if kind == CHURN else 0.05)
         if not drain.done() and agent.linger_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(drain), agent.linger_s)
@@ -134,7 +138,7 @@ async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int]) -
 def _flood(
     conn: TunnelConnection, writer: asyncio.StreamWriter, kind: str, register: Sequence[bytes]
 ) -> None:
-    if kind == "register-flood":
+    if kind in ("register-flood", CHURN):
         for frame in register:
             conn._channel.seal(frame, time.monotonic())  # raw frames, no mux checks
     elif kind == "open-flood":
