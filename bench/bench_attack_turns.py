@@ -2,7 +2,7 @@
 
 The gateway serves every site from one event loop: the longest turn of that loop is what any
 other site's scrape may wait behind. This bench runs a real ``TunnelListener`` and
-``Registry`` (default limits, uvloop, as ``raven gateway`` does) in this process; the hostile
+``Registry`` (default limits, uvloop and GC settings as ``raven gateway``) in this process; the hostile
 agent (``tests/helpers/hostile_agent.py``: an authorised key, its own site) runs in a child
 process, one attack per round:
 
@@ -44,6 +44,7 @@ from cloud_gateway.tunnel_listener import TunnelListener  # noqa: E402
 from raven.config.gateway import AuthorisedAgent  # noqa: E402
 from raven.metrics import TunnelMetrics  # noqa: E402
 from raven.protocol.limits import Limits  # noqa: E402
+from raven.service import freeze_startup_objects  # noqa: E402
 from tests.helpers import KeyPair  # noqa: E402
 from tests.helpers.hostile_agent import (  # noqa: E402
     ATTACKS,
@@ -116,6 +117,7 @@ async def main(args: argparse.Namespace) -> None:
                               handshake_burst=100)  # fmt: skip
     await listener.start()
     assert listener.bound is not None
+    freeze_startup_objects()  # as `raven gateway` does once started (GC settings)
     agent = HostileAgent(private=hostile.private, gateway_public=gw.public,
                          gateways=[listener.bound], register=register_frames("hostile-", limits),
                          round_s=args.round_s, linger_s=0.0)  # fmt: skip

@@ -178,9 +178,26 @@ class TunnelConnection:
             remote = self._channel.remote_static
             assert remote is not None
             mux.add_event(HandshakeCompleted(remote))
+        self._act(lambda: self._receive_payloads(payloads, now))
+
+    @property
+    def input_waiting(self) -> bool:
+        """Frames received wait to be acted on (a bounded number is acted on per call):
+        call :meth:`resume_input`, next event-loop turn, until this is False."""
+        return self._mux.input_waiting
+
+    def resume_input(self, now: float) -> None:
+        """Act on more of the frames received earlier (see :attr:`input_waiting`)."""
+        self._now = now
+        self._act(lambda: self._mux.resume_input(now))
+
+    def _receive_payloads(self, payloads: Iterable[bytes], now: float) -> None:
+        for payload in payloads:
+            self._mux.receive_payload(payload, now)
+
+    def _act(self, work: Callable[[], None]) -> None:
         try:
-            for payload in payloads:
-                mux.receive_payload(payload, now)
+            work()
         except RemoteProtocolError as exc:
             self._fail(exc.code, str(exc))
         except LocalProtocolError as bug:  # a bug of ours met on the receive path

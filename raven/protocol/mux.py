@@ -35,6 +35,7 @@ from raven.protocol.events import (
     StreamReset,
     StreamWindowOpened,
 )
+from raven.protocol.frame_backlog import FrameBacklog
 from raven.protocol.frame_fields import clean_reason
 from raven.protocol.frames import (
     CloseFrame,
@@ -104,6 +105,7 @@ class Multiplexer:
             initiator=initiator, max_entries=limits.max_registration_entries
         )
         self._budget = ControlBudget(limits, now)
+        self._input = FrameBacklog(self._on_data, self._on_control, self.stats.frames_received)
 
     # ------------------------------------------------------------------ properties
 
@@ -307,6 +309,7 @@ class Multiplexer:
             )
             self.stats.count_reset(StreamCode.TUNNEL_CLOSED.label)
         self._out.clear()
+        self._input.clear()
         self._events.append(ConnectionTerminated(code, reason, by_peer))
 
     def confirm(self, now: float) -> None:
@@ -380,7 +383,6 @@ class Multiplexer:
         packets = split_datagrams(payload)  # the L3 fast path (DATAGRAM frames only)
         if packets is not None:
             return self.datagrams.receive_all(packets)
-        received = self.stats.frames_received
         frames = parse_frames(payload)
         if len(frames) != 1 or type(frames[0]) is not DataFrame:
             over = self._budget.charge(frames, len(payload), now)
@@ -388,16 +390,17 @@ class Multiplexer:
                 self.stats.control_budget_exceeded += 1
                 self.close(CloseCode.LIMIT_EXCEEDED, over)
                 return
-        for frame in frames:
-            if self.closed:
-                return
-            if type(frame) is DataFrame:
-                received["data"] = received.get("data", 0) + 1
-                self._on_data(frame)
-                continue
-            label = frame.TYPE.label
-            received[label] = received.get(label, 0) + 1
-            self._on_control(frame, now)
+        self._input.extend(frames)
+        self._input.act(now)
+
+    @property
+    def input_waiting(self) -> bool:
+        """Received frames wait to be acted on: call :meth:`resume_input` (next turn)."""
+        return self._input.waiting
+
+    def resume_input(self, now: float) -> None:
+        """Act on more of the frames that wait (raven.protocol.frame_backlog)."""
+        self._input.act(now)
 
     def _on_data(self, frame: DataFrame) -> None:
         stream = self._table.peer(frame.stream_id)

@@ -1,17 +1,14 @@
 """The asyncio adapter: drives one sans-IO TunnelConnection over a TCP transport.
 
-Everything about the protocol lives in :mod:`raven.protocol`; this module only moves
-bytes between the socket and the connection, turns events into futures and stream
-buffers, and keeps the connection's timer armed. It is the only place where the
-tunnel meets asyncio.
+Everything about the protocol lives in :mod:`raven.protocol`; this module moves bytes
+between the socket and the connection, turns events into futures and stream buffers, and
+keeps the connection's timer armed: the only place where the tunnel meets asyncio.
 
-Errors at this boundary: what the peer did to a stream (a reset, the tunnel closing)
-reaches the application as :class:`StreamResetError` / :class:`StreamOpenError`; an
-illegal call of ours (the lifecycle tables of :mod:`raven.protocol.lifecycle` and
-:mod:`raven.protocol.streams`) raises :class:`LocalProtocolError` to the caller, never
-swallowed. Events are processed iteratively: a handler that calls back into the
-tunnel (a refusal, an answer) queues more events for the same loop, never a nested
-one, so no number of frames in one read can exhaust the stack.
+What the peer did to a stream reaches the application as :class:`StreamResetError` /
+:class:`StreamOpenError`; an illegal call of ours raises :class:`LocalProtocolError`,
+never swallowed. Events are processed iteratively (a handler calling back into the
+tunnel queues events for the same loop, never a nested one), and a read's frames and
+events a turn's budget at a time (:mod:`raven.transport.turn_budget`).
 """
 
 from __future__ import annotations
@@ -46,8 +43,7 @@ WRITE_HIGH_WATER_BYTES = 1024 * 1024
 WRITE_LOW_WATER_BYTES = 256 * 1024
 #: Bytes pulled from the connection per transport.write().
 WRITE_CHUNK_BYTES = 256 * 1024
-#: A stream write this large goes out at once when no flush is due (a target's answer: no
-#: call_soon round, on asyncio's loop a turn with a select); smaller ones share the turn's write.
+#: A stream write this large goes out at once when no flush is due (no call_soon round).
 IMMEDIATE_WRITE_BYTES = 16 * 1024
 
 StreamHandler = Callable[[TunnelStream, str, int], Awaitable[None]]
@@ -85,13 +81,10 @@ class Tunnel(CopyingReader):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._write_paused = False
-        #: set when writing resumes; made by the first writer that has to wait (an Event
-        #: costs ~1 KiB and most tunnels never pause)
+        #: set when writing resumes; made by the first writer that waits (most never do)
         self._write_resumed: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._in_flush = False
-        self._in_events = False
-        self._receiving = False
+        self._in_flush = self._in_events = self._receiving = False
         #: made on a tunnel's first large read or long turn (most never have one)
         self._budget: TurnBudget | None = None
         self._flush_scheduled = False
@@ -128,12 +121,21 @@ class Tunnel(CopyingReader):
                                       lambda: self.transport)  # fmt: skip
         return self._budget
 
-    def _receive(self, data: bytes | memoryview) -> None:
+    def _receive(self, data: bytes | memoryview | None) -> None:
         self._receiving = True  # datagram handlers run inside receive_data
         try:
-            self.conn.receive_data(data, _now())
+            if data is None:  # more of the frames that earlier reads brought
+                self.conn.resume_input(_now())
+            else:
+                self.conn.receive_data(data, _now())
         finally:
             self._receiving = False
+        if self.conn.input_waiting:  # frames wait: more next turn, reading paused
+            self._turn_budget().defer(self._resume_input)
+
+    def _resume_input(self) -> None:
+        self._receive(None)
+        self._after_io()
 
     def eof_received(self) -> bool | None:
         self._terminate(CloseCode.CONNECTION_LOST, "peer closed the connection", by_peer=True)
@@ -298,9 +300,8 @@ class Tunnel(CopyingReader):
             await self._write_resumed.wait()
 
     def _trim_if_quiet(self) -> None:
-        """A keepalive round trip with no stream open and no stream or datagram since the
-        last one: release what the idle connection does not need (TunnelConnection.trim).
-        A gateway holds thousands of such tunnels; a busy one is never trimmed."""
+        """No stream open and none, nor a datagram, since the last keepalive round trip:
+        release what the idle connection does not need (TunnelConnection.trim)."""
         stats = self.conn.stats
         moved = stats.streams_opened + stats.datagrams_sent + stats.datagrams_received
         if not self.streams and moved == self._moved_at_pong:

@@ -65,7 +65,8 @@ class TurnBudget:
             self._receive(view[offset:end])
             offset = end
             now = self._clock()
-            if offset < total and (now - start) + (now - before) > TURN_BUDGET_S:
+            over = (now - start) + (now - before) > TURN_BUDGET_S
+            if offset < total and (over or self._events_wait):  # or its frames wait
                 self._slices_wait = True
                 self._pause()
                 self._loop.call_soon(self._next_slices, view, offset)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import time
 from dataclasses import replace
@@ -18,6 +19,7 @@ from raven.config.gateway import AuthorisedAgent
 from raven.protocol import events as ev
 from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
+from raven.protocol.frame_backlog import CONTROL_FRAMES_PER_CALL
 from raven.protocol.frames import encode_register
 from raven.protocol.noise_crypto import dh_operations
 from raven.protocol.secure_channel import Role, SecureChannel
@@ -244,14 +246,22 @@ async def _raw_agent(
 async def test_hundreds_of_opens_in_one_read_are_refused_iteratively(site: Site) -> None:
     """The gateway serves no streams: each OPEN is refused from inside the event loop
     of the adapter. Processed re-entrantly, a few hundred in one read raised
-    RecursionError and killed the tunnel; now each gets its refusal."""
+    RecursionError and killed the tunnel; now each gets its refusal. And they are acted
+    on CONTROL_FRAMES_PER_CALL per loop turn: all at once, 1,024 held the loop 30-100 ms."""
     await site.listener.start()
     conn, reader, writer = await _raw_agent(site)
+    gateway = site.registry.sessions["site-a"].tunnel.conn
     count = 800
     for _ in range(count):
         conn.open_stream("edge-x-1", 80)
     wire = conn.data_to_send(None, time.monotonic())
     writer.write(wire)
+    acted = [0]
+    async with asyncio.timeout(10):
+        while acted[-1] < count:  # one loop turn per step
+            await asyncio.sleep(0)
+            acted.append(gateway.stats.frames_received.get("open", 0))
+    assert max(b - a for a, b in itertools.pairwise(acted)) <= CONTROL_FRAMES_PER_CALL
     refused = 0
     async with asyncio.timeout(10):
         while refused < count:

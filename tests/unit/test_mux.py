@@ -29,6 +29,7 @@ from raven.protocol.events import (
     StreamReset,
     StreamWindowOpened,
 )
+from raven.protocol.frame_backlog import CONTROL_FRAMES_PER_CALL
 from raven.protocol.frames import (
     CreditFrame,
     DataFrame,
@@ -50,6 +51,13 @@ from tests.helpers.sansio import events
 LIMITS = Limits(stream_window_bytes=64 * 1024, max_frame_payload_bytes=16 * 1024)
 
 
+def feed(mux: Multiplexer, payload: bytes, now: float) -> None:
+    """receive_payload, then resume_input until no frame waits (an adapter's later turns)."""
+    mux.receive_payload(payload, now)
+    while mux.input_waiting:
+        mux.resume_input(now)
+
+
 class Pair:
     """An agent-side (initiator) and a gateway-side (responder) multiplexer."""
 
@@ -68,7 +76,7 @@ class Pair:
             if payload is None:
                 break
             assert len(payload) <= MAX_RECORD_PAYLOAD_BYTES
-            dst.receive_payload(payload, self.now)
+            feed(dst, payload, self.now)
             count += 1
         self.payloads[id(src)] += count
         return count
@@ -589,7 +597,7 @@ def test_ping_flood_without_reading_hits_the_control_limit() -> None:
     pair = Pair(UNBUDGETED)
     pings = encode_frame(PingFrame(bytes(8))) * 4000
     for _ in range(100):
-        pair.gateway.receive_payload(pings, 0.0)
+        feed(pair.gateway, pings, 0.0)
     terminated = _terminated(pair.gateway)
     assert terminated.code is CloseCode.LIMIT_EXCEEDED and "control frames" in terminated.reason
 
@@ -602,7 +610,7 @@ def test_refusals_and_registration_answers_count_against_the_control_limit() -> 
     for round_ in range(40):
         base = round_ * 8000
         opens = (encode_frame(OpenFrame(base + i, "edge-x-1", 80)) for i in range(1, 8001, 2))
-        pair.gateway.receive_payload(b"".join(opens), 0.0)
+        feed(pair.gateway, b"".join(opens), 0.0)
         for event in events(pair.gateway):
             if isinstance(event, StreamOpened) and not pair.gateway.closed:
                 pair.gateway.refuse_stream(event.stream_id, StreamCode.UNKNOWN_NODE, "unknown")
@@ -654,3 +662,37 @@ def test_datagram_queue_is_bounded_in_bytes_too() -> None:
     while mux.next_payload() is not None:  # drained: room again
         pass
     assert mux.send_datagram(packet)
+
+
+def test_a_payload_of_many_opens_is_acted_on_a_bounded_number_per_call() -> None:
+    """1,000 OPENs in one payload: CONTROL_FRAMES_PER_CALL of them are acted on at once,
+    the rest in later resume_input calls (an adapter's later turns), in order; a frame of a
+    later payload waits behind them."""
+    pair = Pair(replace(LIMITS, max_streams=4096))
+    gateway = pair.gateway
+    opens = b"".join(encode_frame(OpenFrame(i, "edge-x-1", 80)) for i in range(1, 2001, 2))
+    gateway.receive_payload(opens, 0.0)
+    first = events(gateway)
+    assert len(first) == CONTROL_FRAMES_PER_CALL and gateway.input_waiting
+    gateway.receive_payload(encode_frame(ResetFrame(1, StreamCode.CANCELLED, "late")), 0.0)
+    calls, later = 0, events(gateway)  # that call acted on the next OPENs, not the RESET
+    assert len(later) == CONTROL_FRAMES_PER_CALL
+    while gateway.input_waiting:
+        gateway.resume_input(0.0)
+        got = events(gateway)
+        assert len([e for e in got if isinstance(e, StreamOpened)]) <= CONTROL_FRAMES_PER_CALL
+        later += got
+        calls += 1
+    assert calls == -(-1001 // CONTROL_FRAMES_PER_CALL) - 2  # two receive_payload calls
+    opened = [e.stream_id for e in first + later if isinstance(e, StreamOpened)]
+    assert opened == list(range(1, 2001, 2))
+    assert later[-1] == StreamReset(1, StreamCode.CANCELLED, "late", by_peer=True)
+
+
+def test_closing_the_tunnel_drops_the_frames_that_wait() -> None:
+    pair = Pair(replace(LIMITS, max_streams=4096))
+    opens = b"".join(encode_frame(OpenFrame(i, "edge-x-1", 80)) for i in range(1, 2001, 2))
+    pair.gateway.receive_payload(opens, 0.0)
+    pair.gateway.close(CloseCode.NORMAL, "bye")
+    assert not pair.gateway.input_waiting
+    pair.gateway.resume_input(0.0)  # nothing left to act on: a no-op
