@@ -26,6 +26,8 @@ hostile) and one hostile authorised agent work on the same gateway. All on loopb
    its p99 `scrape_duration_seconds`, load vs both quiet phases pooled; gateway and agent RSS at the end; tunnels
    of the two good sites declared dead or closed (gateway log "tunnel down" lines naming them,
    agents' reconnect counts); what the attackers got (gateway close reasons, proxy errors).
+   Last, the load phase's scrapes over twice the quiet p99, by which of the hostile agent's
+   attacks (its tunnels in the gateway log) was under way then.
 
 Usage: python bench/bench_soak.py [--minutes 5] [--quiet-s 180] [--after-s 120] [--interval-s 5]
                                    [--isolate]
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import random
@@ -319,6 +322,47 @@ def phase_stats(up: list[float], ok: list[float]) -> dict[str, float]:
     }
 
 
+#: The hostile agent's attack, by how the gateway closed its tunnel (tests/helpers/hostile_agent).
+ATTACK_BY_CLOSE = {"limit_exceeded": "REGISTER flood", "keepalive_timeout": "OPEN flood",
+                   "auth_failed": "garbage records"}  # fmt: skip
+
+
+def hostile_tunnels(lab: Lab) -> list[tuple[float, float, str]]:
+    """The hostile agent's tunnels from the gateway log: (up, down, attack), epoch seconds."""
+    opened: dict[str, float] = {}
+    spans = []
+    for line in (lab.tmp / "gateway.log").read_text(errors="replace").splitlines():
+        if "site=hostile " not in line or "peer=" not in line:
+            continue
+        at = dt.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+        ts = at.replace(tzinfo=dt.UTC).timestamp()
+        peer = line.split("peer=")[1].split()[0]
+        if 'msg="tunnel up"' in line:
+            opened[peer] = ts
+        elif 'msg="tunnel down"' in line and peer in opened:
+            code = line.split("code=")[1].split()[0]
+            spans.append((opened.pop(peer), ts, ATTACK_BY_CLOSE.get(code, code)))
+    return spans
+
+
+def print_slow_scrapes(lab: Lab, start: float, end: float, over_s: float) -> None:
+    """Which of the hostile agent's attacks each slow scrape of the load phase met (within
+    0.5 s of one of its tunnels): where a tail comes from, at a glance."""
+    q = urllib.parse.urlencode({"query": f'scrape_duration_seconds{{job="watched"}}'
+                                f"[{max(1, int(end - start))}s]", "time": f"{end:.3f}"})  # fmt: skip
+    data = http_json(f"http://127.0.0.1:{lab.ports.prom}/api/v1/query?{q}")["data"]["result"]
+    slow = [float(ts) for s in data for ts, v in s["values"] if float(v) > over_s]
+    spans = hostile_tunnels(lab)
+    met = Counter(
+        next((kind for up, down, kind in spans if up - 0.5 <= ts <= down + 0.5), "none")
+        for ts in slow
+    )
+    print(f"\n| load-phase scrapes over {over_s * 1000:.1f} ms (2x the quiet p99), by what"
+          " the hostile agent was doing then | count |\n|---|---|")  # fmt: skip
+    for kind, n in met.most_common():
+        print(f"| {kind} | {n} |")
+
+
 def rss_mib(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) in MiB."""
     got = {}
@@ -529,6 +573,7 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
     lags = {name: {"quiet": lag_stats(snaps[0][name], snaps[1][name]),
                    "load": lag_stats(snaps[1][name], snaps[2][name])} for name in ports}  # fmt: skip
     report(lab, args, phases, tally, lags)
+    print_slow_scrapes(lab, t1, t2, 2 * phases["reference"]["p99"])
 
 
 def main() -> None:
