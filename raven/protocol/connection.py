@@ -192,8 +192,14 @@ class TunnelConnection:
         self._act(lambda: self._mux.resume_input(now))
 
     def _receive_payloads(self, payloads: Iterable[bytes], now: float) -> None:
+        """Queue every record of the read, then act on one share of the frames (the bound
+        is per read, not per record), unless frames already waited: then the caller's
+        resume_input calls, a turn apart, go on with them."""
+        waited = self._mux.input_waiting
         for payload in payloads:
-            self._mux.receive_payload(payload, now)
+            self._mux.receive_payload(payload, now, act=False)
+        if not waited:
+            self._mux.resume_input(now)
 
     def _act(self, work: Callable[[], None]) -> None:
         try:

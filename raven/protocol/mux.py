@@ -374,8 +374,9 @@ class Multiplexer:
 
     # ------------------------------------------------------------------ input
 
-    def receive_payload(self, payload: bytes, now: float) -> None:
-        """Handle the frames payload of one record. Raises RemoteProtocolError."""
+    def receive_payload(self, payload: bytes, now: float, *, act: bool = True) -> None:
+        """Queue the frames payload of one record, then (``act``) act on the next of the
+        frames waiting (raven.protocol.frame_backlog). Raises RemoteProtocolError."""
         if self.closed:
             return
         self._move(TunnelInput.RECV_FRAMES)
@@ -391,7 +392,8 @@ class Multiplexer:
                 self.close(CloseCode.LIMIT_EXCEEDED, over)
                 return
         self._input.extend(frames)
-        self._input.act(now)
+        if act:
+            self._input.act(now)
 
     @property
     def input_waiting(self) -> bool:

@@ -122,6 +122,7 @@ class Tunnel(CopyingReader):
         return self._budget
 
     def _receive(self, data: bytes | memoryview | None) -> None:
+        resumes = data is None or not self.conn.input_waiting  # else a resume is due already
         self._receiving = True  # datagram handlers run inside receive_data
         try:
             if data is None:  # more of the frames that earlier reads brought
@@ -130,7 +131,7 @@ class Tunnel(CopyingReader):
                 self.conn.receive_data(data, _now())
         finally:
             self._receiving = False
-        if self.conn.input_waiting:  # frames wait: more next turn, reading paused
+        if resumes and self.conn.input_waiting:  # frames wait: more next turn, reading paused
             self._turn_budget().defer(self._resume_input)
 
     def _resume_input(self) -> None:

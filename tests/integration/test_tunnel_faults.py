@@ -20,7 +20,7 @@ from raven.protocol import events as ev
 from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.frame_backlog import CONTROL_FRAMES_PER_CALL
-from raven.protocol.frames import encode_register
+from raven.protocol.frames import OpenFrame, encode_frame, encode_register
 from raven.protocol.noise_crypto import dh_operations
 from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import Suite, preamble
@@ -268,10 +268,37 @@ async def test_hundreds_of_opens_in_one_read_are_refused_iteratively(site: Site)
             data = await reader.read(65536)
             assert data, "the gateway closed the tunnel"
             conn.receive_data(data, time.monotonic())
+            while conn.input_waiting:  # what an adapter does on its next turns
+                conn.resume_input(time.monotonic())
             while (event := conn.next_event()) is not None:
                 if isinstance(event, ev.StreamRefused):
                     assert event.code is StreamCode.UNKNOWN_NODE
                     refused += 1
+    assert "site-a" in site.registry.sessions
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_a_read_of_several_slices_of_opens_stays_within_the_per_turn_bound(
+    site: Site,
+) -> None:
+    """4,000 OPENs (~76 KB: a read the turn budget feeds in two slices) are acted on at
+    most CONTROL_FRAMES_PER_CALL per loop turn: a slice fed while frames still wait adds
+    to them, not a second stream of resume calls."""
+    await site.listener.start()
+    conn, _reader, writer = await _raw_agent(site)
+    gateway = site.registry.sessions["site-a"].tunnel.conn
+    count = 4000
+    for i in range(count):  # raw frames: past this side's own stream table
+        frame = encode_frame(OpenFrame(1_000_001 + 2 * i, "edge-x-1", 80))
+        conn._channel.seal(frame, time.monotonic())
+    writer.write(conn.data_to_send(None, time.monotonic()))
+    acted = [0]
+    async with asyncio.timeout(10):
+        while acted[-1] < count:  # one loop turn per step
+            await asyncio.sleep(0)
+            acted.append(gateway.stats.frames_received.get("open", 0))
+    assert max(b - a for a, b in itertools.pairwise(acted)) <= CONTROL_FRAMES_PER_CALL
     assert "site-a" in site.registry.sessions
     writer.close()
     await writer.wait_closed()
