@@ -9,28 +9,35 @@ gateway, edge host) and runs both tunnels side by side between the same namespac
   carrying a second address of the same edge host, 192.168.51.7 (its replies leave through
   wireguard-go by a source rule in the edge gateway);
 - ``pipe`` (only with ``--pipe``, after the others): the unencrypted pipe link of
-  tests/integration/test_l3_pipe_link.py, the L3 data path alone.
+  tests/integration/test_l3_pipe_link.py, the L3 data path alone;
+- ``minimal`` (only with ``--minimal``, after the others): bench/l3_minimal_hop.py, the least a
+  Python hop can do (TUN, AES-256-GCM, TCP; no checks): what CPython costs a packet here.
 
 For each: iperf3 TCP cloud -> edge with 1 and 4 streams (and 1 stream back), one tunnel after
 the other, and the CPU time of its two processes per Gbit carried. Ping (ICMP echo, 56 bytes,
 one per 5 ms) runs in ``--rounds`` rounds that alternate between the tunnels, so that both
 meet the same machine: on a shared VM a process's wake-up cost drifts by 2x within minutes,
-and a ratio of two runs minutes apart measured that drift. Both tunnels use MTU 1380.
-Prints Markdown. Needs root, iperf3, wireguard-go and wg (`sudo scripts/setup --bench`
+and a ratio of two runs minutes apart measured that drift; the pipe link and the minimal hop,
+which take the site's prefix over from Raven, alternate with wireguard-go in the same way. The
+CPU of each tunnel's two processes (``/proc/PID/task/*/schedstat``, nanoseconds) is divided by
+the pings it carried. All use MTU 1380. Prints Markdown. Needs root, iperf3, wireguard-go and wg (`sudo scripts/setup --bench`
 installs them)::
 
     sudo .venv/bin/python bench/bench_l3.py [--seconds 5] [--pings 200] [--rounds 10] [--pipe]
+        [--minimal]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +47,7 @@ sys.path.insert(0, str(REPO))
 from tests.e2e.netns import Lab, Netns, Proc, missing_prerequisites, wait_until  # noqa: E402
 from tests.e2e.test_l3_netns import (  # noqa: E402
     CLOUD_SUBNETS,
+    EDGE_SUBNETS,
     TUN_MTU,
     L3Lab,
     bps,
@@ -48,6 +56,7 @@ from tests.e2e.test_l3_netns import (  # noqa: E402
 )
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+MINIMAL_HOP = Path(__file__).resolve().parent / "l3_minimal_hop.py"
 
 
 def cpu_seconds(procs: list[Proc]) -> float:
@@ -57,6 +66,16 @@ def cpu_seconds(procs: list[Proc]) -> float:
         fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])
     return total / CLK_TCK
+
+
+def cpu_ns(procs: list[Proc]) -> int:
+    """Time on CPU of the processes' threads, in nanoseconds (schedstat: finer than ticks)."""
+    total = 0
+    for p in procs:
+        for tid in os.listdir(f"/proc/{p.pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):  # a thread just ended
+                total += int(Path(f"/proc/{p.pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -72,7 +91,11 @@ class Result:
     retransmits: dict[int, int] = field(default_factory=dict)
     rtt_ms: list[float] = field(default_factory=list)
     lost: int = 0
-    round_p50: list[float] = field(default_factory=list)
+    #: this tunnel's per-round p50 over wireguard-go's in the same round
+    round_ratio: list[float] = field(default_factory=list)
+    procs: list[Proc] = field(default_factory=list)
+    cpu_ns: int = 0
+    pings: int = 0
 
 
 #: The second address of the edge host, reached through wireguard-go (raven carries
@@ -98,17 +121,25 @@ def measure_throughput(res: Result, t: L3Lab, procs: list[Proc], dst: str, secon
 
 def measure_pings(t: L3Lab, targets: list[tuple[Result, str]], pings: int, rounds: int) -> None:
     """``pings`` echoes per target in ``rounds`` rounds, the targets alternating (and their
-    order too); each round's p50 is kept for the per-round ratio."""
+    order too); each round's p50 over the second target's (wireguard-go) is kept, and each
+    target's CPU per ping."""
     per_round = max(1, pings // rounds)
     for _, dst in targets:
         ping(t.cloud, dst, 20, interval_s=0.005)  # warm up neighbours and caches
     for r in range(rounds):
+        p50: dict[str, float] = {}
         for res, dst in targets if r % 2 == 0 else targets[::-1]:
+            before = cpu_ns(res.procs)
             rtts = ping(t.cloud, dst, per_round, interval_s=0.005)
+            res.cpu_ns += cpu_ns(res.procs) - before
+            res.pings += per_round
             res.lost += per_round - len(rtts)
             res.rtt_ms += rtts
             if rtts:
-                res.round_p50.append(statistics.median(rtts))
+                p50[res.name] = statistics.median(rtts)
+        first, reference = targets[0][0], targets[-1][0]
+        if first is not reference and first.name in p50 and reference.name in p50:
+            first.round_ratio.append(p50[first.name] / p50[reference.name])
 
 
 def add_wireguard_site(t: L3Lab) -> None:
@@ -157,30 +188,35 @@ def start_wireguard(t: L3Lab) -> list[Proc]:
 
 
 def table(results: list[Result], seconds: float, pings: int) -> str:
-    names = [r.name for r in results]
-    head = "| | " + " | ".join(names) + " |"
-    if len(results) > 1 and results[1].name.startswith("wireguard"):
-        head += " raven / wireguard-go |"
+    """Markdown: one column per tunnel (raven, wireguard-go first), raven / wireguard-go."""
+    raven, wireguard = results[0], results[1]
+    head = "| | " + " | ".join(r.name for r in results) + " | raven / wireguard-go |"
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
 
     def row(label: str, values: list[float], fmt: str, ratio: bool = True) -> None:
         cells = [format(v, fmt) for v in values]
-        extra = ""
-        if head.endswith("wireguard-go |"):
-            extra = f" {values[0] / values[1]:.2f} |" if ratio and values[1] else " |"
+        extra = f" {values[0] / values[1]:.2f} |" if ratio and values[1] else " |"
         lines.append(f"| {label} | " + " | ".join(cells) + " |" + extra)
+
+    def spread(values: list[float]) -> str:
+        if not values:
+            return "-"
+        return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
     for s in (1, 4):
         row(f"iperf3 TCP {s} stream{'s' * (s > 1)} (Mbit/s)", [r.mbps[s] for r in results], ".0f")
     row("iperf3 TCP 1 stream edge -> cloud (Mbit/s)", [r.mbps[-1] for r in results], ".0f")
     row("ping p50 (ms)", [statistics.median(r.rtt_ms) for r in results], ".3f")
-    if head.endswith("wireguard-go |") and len(results[0].round_p50) == len(results[1].round_p50):
-        ratios = [a / b for a, b in zip(results[0].round_p50, results[1].round_p50, strict=True)]
-        lines.append(
-            f"| ping p50, per-round ratio: median (min-max of {len(ratios)}) | | |"
-            f" {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
-        )
+    rounds = len(raven.round_ratio)
+    cells = [spread(r.round_ratio) if r is not wireguard else "1" for r in results]
+    lines.append(
+        f"| ping p50 / wireguard-go's in the same round: median (min-max of {rounds}) | "
+        + " | ".join(cells)
+        + f" | {spread(raven.round_ratio)} |"
+    )
     row("ping p99 (ms)", [percentile(r.rtt_ms, 0.99) for r in results], ".3f")
+    row("CPU µs per ping, both processes", [r.cpu_ns / 1e3 / max(1, r.pings) for r in results],
+        ".0f")  # fmt: skip
     for s in (1, 4):
         row(
             f"CPU s per Gbit, {s} stream{'s' * (s > 1)}",
@@ -200,9 +236,25 @@ def table(results: list[Result], seconds: float, pings: int) -> str:
     lines.append(
         f"{platform.node()}: {os.cpu_count()} CPUs, load {load:.2f} at the end; iperf3 "
         f"{seconds:g} s per run, cloud host -> edge host; {pings} pings at 5 ms per tunnel, in "
-        f"alternating rounds; MTU {TUN_MTU}."
+        f"rounds alternating with wireguard-go; MTU {TUN_MTU}."
     )
     return "\n".join(lines)
+
+
+def start_minimal(t: L3Lab) -> list[Proc]:
+    """bench/l3_minimal_hop.py in the gateway and agent namespaces, routing the site's
+    prefix and the cloud's like Raven did (Raven is stopped first)."""
+    tag = str(os.getpid())[-6:]
+    argv = [sys.executable, str(MINIMAL_HOP)]
+    gateway = t.lab.process(t.gw, "minimal-gateway",
+                            [*argv, "gateway", f"mhg{tag}", "10.0.9.1:7100", EDGE_SUBNETS[0]])  # fmt: skip
+    wait_until(lambda: t.gw.port_open("10.0.9.1", 7100), 10, "minimal hop listening",
+               procs=[gateway])  # fmt: skip
+    agent = t.lab.process(t.agent, "minimal-agent",
+                          [*argv, "agent", f"mha{tag}", "10.0.9.1:7100", CLOUD_SUBNETS[0]])  # fmt: skip
+    wait_until(lambda: ping(t.cloud, RAVEN_HOST, 1, timeout_s=0.3), 20, "ping through the minimal hop",
+               procs=[gateway, agent])  # fmt: skip
+    return [gateway, agent]
 
 
 def main() -> int:
@@ -211,6 +263,8 @@ def main() -> int:
     parser.add_argument("--pings", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=10, help="ping rounds, alternating")
     parser.add_argument("--pipe", action="store_true", help="also the unencrypted pipe link")
+    parser.add_argument("--minimal", action="store_true",
+                        help="also bench/l3_minimal_hop.py (the least a Python hop can do)")  # fmt: skip
     args = parser.parse_args()
     problems = missing_prerequisites(("iperf3", "wireguard-go", "wg"))
     if problems:
@@ -223,27 +277,39 @@ def main() -> int:
         add_wireguard_site(topo)
         t = L3Lab(lab, topo.cloud, topo.gw, topo.agent, topo.edge, "raven")
         t.start()
-        raven_procs = [p for p in (t.gateway, t.agent_proc) if p]
-        wg_procs = start_wireguard(t)
+        raven.procs = [p for p in (t.gateway, t.agent_proc) if p]
+        wireguard.procs = start_wireguard(t)
         print("measuring raven...", file=sys.stderr)
-        measure_throughput(raven, t, raven_procs, RAVEN_HOST, args.seconds)
+        measure_throughput(raven, t, raven.procs, RAVEN_HOST, args.seconds)
         print("measuring wireguard-go...", file=sys.stderr)
-        measure_throughput(wireguard, t, wg_procs, WG_HOST, args.seconds)
+        measure_throughput(wireguard, t, wireguard.procs, WG_HOST, args.seconds)
         print(f"ping, {args.rounds} rounds alternating...", file=sys.stderr)
         measure_pings(t, [(raven, RAVEN_HOST), (wireguard, WG_HOST)], args.pings, args.rounds)
-        for p in raven_procs + wg_procs:
-            p.stop()
+        t.stop()
+        others: list[tuple[str, Callable[[], list[Proc]]]] = []
         if args.pipe:
-            time.sleep(0.5)
-            pipe = Result("pipe link (no crypto, no offload)")
             tp = L3Lab(lab, topo.cloud, topo.gw, topo.agent, topo.edge, "pipe")
-            tp.start()
-            procs = [p for p in (tp.gateway, tp.agent_proc) if p]
-            measure_throughput(pipe, tp, procs, RAVEN_HOST, args.seconds)
-            measure_pings(tp, [(pipe, RAVEN_HOST)], args.pings, args.rounds)
-            results.append(pipe)
-            for p in procs:
+
+            def start_pipe() -> list[Proc]:
+                tp.start()
+                return [p for p in (tp.gateway, tp.agent_proc) if p]
+
+            others.append(("pipe link (no crypto, no offload)", start_pipe))
+        if args.minimal:
+            others.append(("minimal Python hop", lambda: start_minimal(t)))
+        for name, start in others:
+            time.sleep(0.5)
+            print(f"measuring {name}...", file=sys.stderr)
+            res = Result(name)
+            res.procs = start()
+            measure_throughput(res, t, res.procs, RAVEN_HOST, args.seconds)
+            measure_pings(t, [(res, RAVEN_HOST), (Result("wireguard-go"), WG_HOST)],
+                          args.pings, args.rounds)  # fmt: skip
+            results.append(res)
+            for p in res.procs:
                 p.stop()
+        for p in wireguard.procs:
+            p.stop()
     print(table(results, args.seconds, args.pings))
     return 0
 
