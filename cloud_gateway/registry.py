@@ -136,7 +136,10 @@ class Registry:
         node_ttl_s: float = DEFAULT_NODE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.by_key: dict[bytes, AuthorisedAgent] = {a.public_key_bytes: a for a in agents}
+        self.by_key: dict[bytes, AuthorisedAgent] = {}
+        #: the exact (non-glob) node names of the configuration, lower-cased
+        self._exact_names: frozenset[str] = frozenset()
+        self._set_agents(agents)
         self.metrics = metrics
         self.sessions: dict[str, AgentSession] = {}  # agent name -> session
         #: node -> sessions serving it; a session replaced or gone stays listed until its
@@ -147,6 +150,9 @@ class Registry:
         #: node -> when it was last served (clock): a node no agent serves stays known
         #: (no_agent, not unknown_node) for node_ttl_s, then is forgotten
         self.seen_nodes: dict[str, float] = {}
+        #: the nodes no agent serves, oldest first (node -> since when): expiry reads only the
+        #: ones due, not every node seen
+        self._unserved: dict[str, float] = {}
         self.on_change = on_change
         #: called with the nodes just forgotten (e.g. to drop their metric series)
         self.on_forget: Callable[[list[str]], None] | None = None
@@ -161,7 +167,7 @@ class Registry:
         """Replace the authorised agents (config reload). Returns the live sessions whose
         key was removed or whose authorisation changed: the caller closes them, and the
         agent reconnects and registers again under the new rules."""
-        self.by_key = {a.public_key_bytes: a for a in agents}
+        self._set_agents(agents)
         stale = []
         for session in self.sessions.values():
             current = self.by_key.get(session.agent.public_key_bytes)
@@ -169,6 +175,12 @@ class Registry:
                 stale.append(session)
         self._changed()
         return stale
+
+    def _set_agents(self, agents: list[AuthorisedAgent]) -> None:
+        self.by_key = {a.public_key_bytes: a for a in agents}
+        self._exact_names = frozenset(
+            pat.lower() for a in agents for pat in a.nodes if not _is_glob(pat)
+        )
 
     # ------------------------------------------------------------ identity
     def authorize(self, public_key: bytes) -> bool:
@@ -231,6 +243,7 @@ class Registry:
                 session.nodes.add(node)
                 self.node_index.setdefault(node, []).append(session)
                 self.seen_nodes[node] = now
+                self._unserved.pop(node, None)
             await asyncio.sleep(0)
         if not self.live(session):
             return
@@ -258,6 +271,8 @@ class Registry:
             if not serving:
                 del self.node_index[node]
                 self.seen_nodes[node] = now  # the TTL runs from here
+                self._unserved.pop(node, None)  # (re)inserted last: the dict stays in time order
+                self._unserved[node] = now
 
     def _retire(self, session: AgentSession) -> None:
         """Unindex a session no longer in ``sessions`` (so never routed to again): a slice
@@ -297,12 +312,13 @@ class Registry:
         now = self._clock()
         self._next_expiry = now + self.node_ttl_s / 16
         horizon = now - self.node_ttl_s
-        gone = [
-            node
-            for node, since in self.seen_nodes.items()
-            if since <= horizon and node not in self.node_index
-        ]
+        gone = []
+        for node, since in self._unserved.items():
+            if since > horizon:
+                break  # the rest became unserved later
+            gone.append(node)
         for node in gone:
+            del self._unserved[node]
             del self.seen_nodes[node]
         if gone and self.on_forget is not None:
             self.on_forget(gone)
@@ -314,14 +330,7 @@ class Registry:
 
     def is_known(self, node: str) -> bool:
         """A node some agent registered once, or an exact (non-glob) name in the config."""
-        if node in self.seen_nodes:
-            return True
-        return any(
-            node == pat.lower()
-            for a in self.by_key.values()
-            for pat in a.nodes
-            if not _is_glob(pat)
-        )
+        return node in self.seen_nodes or node in self._exact_names
 
     async def open_stream(
         self, node: str, port: int, *, timeout_s: float, data: bytes = b""
