@@ -1,8 +1,9 @@
 """The asyncio adapter: drives one sans-IO TunnelConnection over a TCP transport.
 
 Everything about the protocol lives in :mod:`raven.protocol`; this module moves bytes
-between the socket and the connection, turns events into futures and stream buffers, and
-keeps the connection's timer armed: the only place where the tunnel meets asyncio.
+between the socket and the connection, takes its events (what each does to streams and
+futures: :mod:`raven.transport.tunnel_events`) and keeps the connection's timer armed: with
+that module, the only place where the tunnel meets asyncio.
 
 What the peer did to a stream reaches the application as :class:`StreamResetError` /
 :class:`StreamOpenError`; an illegal call of ours raises :class:`LocalProtocolError`,
@@ -17,7 +18,7 @@ import asyncio
 import logging
 import time
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from raven.protocol import events as ev
@@ -26,7 +27,8 @@ from raven.protocol.connection import TunnelConnection
 from raven.protocol.errors import LocalProtocolError
 from raven.transport.read_buffer import CopyingReader
 from raven.transport.send_burst import SEND_BURST
-from raven.transport.stream import OPEN_FAILURE_BY_CODE, OpenFailure, StreamOpenError
+from raven.transport.stream import OpenFailure, StreamOpenError
+from raven.transport.tunnel_events import DatagramHandler, EventHandler, StreamHandler, TunnelEvents
 from raven.transport.tunnel_stream import TunnelStream
 from raven.transport.turn_budget import SLICE_BYTES, TURN_BUDGET_S, TurnBudget
 
@@ -46,12 +48,8 @@ WRITE_CHUNK_BYTES = 256 * 1024
 #: A stream write this large goes out at once when no flush is due (no call_soon round).
 IMMEDIATE_WRITE_BYTES = 16 * 1024
 
-StreamHandler = Callable[[TunnelStream, str, int], Awaitable[None]]
-DatagramHandler = Callable[[bytes], None]
-EventHandler = Callable[[ev.Event], None]
 
-
-class Tunnel(CopyingReader):
+class Tunnel(CopyingReader, TunnelEvents):
     """One tunnel connection; works for both the agent (initiator) and the gateway."""
 
     def __init__(
@@ -386,74 +384,6 @@ class Tunnel(CopyingReader):
             self._in_events = False
         if not self.streams:
             self._streams_done()
-
-    def _dispatch(self, event: ev.Event) -> None:
-        if isinstance(event, ev.StreamDataReceived):
-            if (stream := self.streams.get(event.stream_id)) is not None:
-                stream._feed(event.data)
-            else:  # nobody will read it: give the credit straight back
-                self._consumed(event.stream_id, len(event.data))
-        elif isinstance(event, ev.StreamWindowOpened):
-            if (stream := self.streams.get(event.stream_id)) is not None:
-                stream._window_opened()
-        elif isinstance(event, ev.StreamOpened):
-            self._incoming_stream(event)
-        elif isinstance(event, ev.StreamAccepted):
-            if (stream := self.streams.get(event.stream_id)) is not None:
-                stream._open_answered(None)
-        elif isinstance(event, ev.StreamRefused):
-            if (stream := self.streams.pop(event.stream_id, None)) is not None:
-                failure = OPEN_FAILURE_BY_CODE.get(event.code, OpenFailure.INTERNAL)
-                stream._open_answered(StreamOpenError(failure, event.reason))
-        elif isinstance(event, ev.StreamEnded):
-            if (stream := self.streams.get(event.stream_id)) is not None:
-                stream._feed_eof()
-        elif isinstance(event, ev.StreamReset):
-            if (stream := self.streams.pop(event.stream_id, None)) is not None:
-                stream._abort(event.code, event.reason)
-                failure = OPEN_FAILURE_BY_CODE.get(event.code, OpenFailure.TUNNEL_CLOSED)
-                stream._open_answered(StreamOpenError(failure, event.reason))
-        elif isinstance(event, ev.StreamClosed):
-            if (stream := self.streams.pop(event.stream_id, None)) is not None:
-                stream._finished()
-        elif isinstance(event, ev.DatagramReceived):
-            if self.on_datagram is not None:
-                self.on_datagram(event.data)
-        elif isinstance(event, ev.HandshakeCompleted):
-            if not self.handshake.done():
-                self.handshake.set_result(event.remote_static)
-        elif isinstance(event, ev.PongReceived):
-            self.rtt_s = event.rtt_s
-            self._trim_if_quiet()
-        elif isinstance(event, ev.ConnectionTerminated):
-            self._terminate(event.code, event.reason, by_peer=event.by_peer, event=event)
-            return
-        if self.on_event is not None:
-            self.on_event(event)
-
-    def _incoming_stream(self, event: ev.StreamOpened) -> None:
-        stream = TunnelStream(self, event.stream_id, incoming=True)
-        self.streams[event.stream_id] = stream
-        if self.on_stream is None:
-            stream.refuse(StreamCode.UNKNOWN_NODE, "this side serves no streams")
-            return
-        task = self.loop.create_task(self._run_handler(stream, event.node, event.port))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run_handler(self, stream: TunnelStream, node: str, port: int) -> None:
-        assert self.on_stream is not None
-        try:
-            await self.on_stream(stream, node, port)
-        except asyncio.CancelledError:
-            stream.reset(StreamCode.CANCELLED, "handler cancelled")
-            raise
-        except Exception:
-            log.exception("stream handler failed tunnel=%s node=%s port=%s", self.name, node, port)
-            if not stream._answered:
-                stream.refuse(StreamCode.INTERNAL, "handler failed")
-            else:
-                stream.reset(StreamCode.INTERNAL, "handler failed")
 
     def _terminate(
         self,
