@@ -14,7 +14,7 @@ import asyncio
 import base64
 from typing import cast
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -130,7 +130,6 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
 @given(OPS)
 def test_expiry_forgets_what_the_full_walk_forgot(
     ops: list[tuple[str, AuthorisedAgent, set[int], float]],
