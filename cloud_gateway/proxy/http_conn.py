@@ -291,8 +291,7 @@ class HttpConnection(ClientConnection):
         ctx = self.ctx
         if outcome.stream_kept:
             ctx.streams.put((target.node, target.port), stream)
-        ctx.metrics.request(target.mode.value, outcome.status)
-        ctx.metrics.response_bytes.inc(outcome.response_bytes)
+        ctx.metrics.request(target.mode.value, outcome.status, outcome.response_bytes)
         seconds = time.monotonic() - start
         ctx.metrics.observe(target.node, seconds)
         ctx.scrapes.ok(target.node, outcome.status, seconds)
@@ -302,7 +301,7 @@ class HttpConnection(ClientConnection):
         if isinstance(exc, CutConnection):
             self.ctx.record_error(exc.error, target.mode.value, self.peer, target.node,
                                   exc.status)  # fmt: skip
-            self.ctx.metrics.response_bytes.inc(exc.response_bytes)
+            self.ctx.metrics.response_bytes += exc.response_bytes
             self.abort()
             return False
         if isinstance(exc, ProxyError):

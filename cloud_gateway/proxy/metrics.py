@@ -42,15 +42,17 @@ DURATION_BUCKETS = (
 
 
 class ProxyMetrics:
-    """Counters and histograms of the proxy listeners. Children are cached per label value."""
+    """Counters and histograms of the proxy listeners. What moves on every request (requests
+    by mode and status, response bytes) is a plain count, exported when the registry is
+    collected (no client_python child, lock or check per request); children of the rest are
+    cached per label value."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "raven_proxy_requests_total",
-            "Requests and tunnelled connections handled by the proxy listeners, by mode and status",
-            ["mode", "code"],
-            registry=registry,
-        )
+        #: raven_proxy_requests_total{mode, code}
+        self.requests: dict[tuple[str, int], int] = {}
+        #: raven_proxy_response_bytes_total
+        self.response_bytes = 0
+        registry.register(_RequestCollector(self))
         self.errors = Counter(
             "raven_proxy_errors_total",
             "Proxied requests that failed, by reason",
@@ -64,11 +66,6 @@ class ProxyMetrics:
             "Client connections open on the proxy listeners",
             registry=registry,
         )
-        self.response_bytes = Counter(
-            "raven_proxy_response_bytes_total",
-            "Bytes relayed from edge targets to clients (heads and bodies)",
-            registry=registry,
-        )
         self.unused_closed = Counter(
             "raven_proxy_unused_connections_closed_total",
             "Client connections closed at header_timeout_s without a byte received (an HTTP "
@@ -76,18 +73,17 @@ class ProxyMetrics:
             registry=registry,
         )
         self._registry = registry
-        self._requests: dict[tuple[str, int], Counter] = {}
         self._errors: dict[ErrorKind, Counter] = {}
 
     def watch_pool(self, pool: StreamPool) -> None:
         """Export the pool's size and counts, read when scraped (nothing per request)."""
         self._registry.register(_PoolCollector(pool))
 
-    def request(self, mode: str, code: int) -> None:
-        child = self._requests.get((mode, code))
-        if child is None:
-            child = self._requests[(mode, code)] = self.requests.labels(mode, str(code))
-        child.inc()
+    def request(self, mode: str, code: int, response_bytes: int = 0) -> None:
+        """One request (or tunnelled connection) answered with ``code``."""
+        key = (mode, code)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        self.response_bytes += response_bytes
 
     def error(self, kind: ErrorKind) -> None:
         child = self._errors.get(kind)
@@ -101,6 +97,29 @@ class ProxyMetrics:
 
     def observe(self, node: str, seconds: float) -> None:
         self.latency.observe(node, seconds)
+
+
+class _RequestCollector(Collector):
+    """``raven_proxy_requests_total{mode, code}`` and ``raven_proxy_response_bytes_total``."""
+
+    def __init__(self, metrics: ProxyMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        metrics = self._metrics
+        requests = CounterMetricFamily(
+            "raven_proxy_requests",
+            "Requests and tunnelled connections handled by the proxy listeners, by mode and status",
+            labels=["mode", "code"],
+        )
+        for (mode, code), value in sorted(list(metrics.requests.items())):  # a copy: /metrics
+            requests.add_metric([mode, str(code)], value)  # is served off the event loop
+        yield requests
+        yield CounterMetricFamily(
+            "raven_proxy_response_bytes",
+            "Bytes relayed from edge targets to clients (heads and bodies)",
+            value=metrics.response_bytes,
+        )
 
 
 class _PoolCollector(Collector):

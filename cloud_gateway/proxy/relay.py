@@ -46,7 +46,7 @@ async def relay(
             stream.reset(StreamCode.CANCELLED, "relay ended")
             stream.close()
             client.abort()
-    ctx.metrics.response_bytes.inc(result.to_socket_bytes)
+    ctx.metrics.response_bytes += result.to_socket_bytes
     if result.end is PumpEnd.IDLE:
         log.debug("relay idle mode=%s node=%s peer=%s", target.mode.value, target.node, peer)
     failed = result.error

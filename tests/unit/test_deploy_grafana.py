@@ -80,6 +80,7 @@ def defined_metrics() -> dict[str, tuple[str, set[str]]]:
     TunnelMetrics(registry, peer_label="agent").live.tunnel_up("site-a", IdleTunnel())
     proxy = ProxyMetrics(registry)
     proxy.observe("edge-gpu-1", 0.01)  # custom collectors: a sample each
+    proxy.request("http", 200)
     proxy.watch_pool(StreamPool(1, 1.0, time.monotonic))
     L3Metrics(registry).traffic("to_agent", "site-a").count(100)  # a custom collector: a sample
     HostsMetrics(registry)
