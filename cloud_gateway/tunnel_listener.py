@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import time
@@ -111,11 +112,9 @@ class TunnelListener:
             suites=self.suites,
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit)
-        tunnel.on_event = lambda event: self._on_event(tunnel, event)
+        tunnel.on_event = functools.partial(self._on_event, tunnel)  # lighter than a closure
         if self.agent_stream_service is not None:
-            tunnel.on_stream = lambda stream, node, port: self._agent_stream(
-                tunnel, stream, node, port
-            )
+            tunnel.on_stream = functools.partial(self._agent_stream, tunnel)
         self.tunnels.add(tunnel)
         return tunnel
 

@@ -32,7 +32,8 @@ class FrameBacklog:
         on_control: Callable[[Frame, float], None],
         received: dict[str, int],
     ) -> None:
-        self._frames: deque[Frame] = deque()
+        #: made by the first frames, dropped once empty: an idle tunnel holds no deque (~760 B)
+        self._frames: deque[Frame] | None = None
         self._on_data = on_data
         self._on_control = on_control
         self._received = received  # frames acted on, by type (TunnelStats.frames_received)
@@ -42,15 +43,21 @@ class FrameBacklog:
         return bool(self._frames)
 
     def extend(self, frames: Iterable[Frame]) -> None:
-        self._frames.extend(frames)
+        if self._frames is None:
+            self._frames = deque(frames)
+        else:
+            self._frames.extend(frames)
 
     def clear(self) -> None:
-        self._frames.clear()
+        if self._frames is not None:
+            self._frames.clear()  # the same deque: an act() running on it stops
 
     def act(self, now: float) -> None:
         """Act on frames in order, up to CONTROL_FRAMES_PER_CALL control ones. A handler
         that closes the tunnel clears the backlog, which ends the loop."""
         frames, received, acted = self._frames, self._received, 0
+        if frames is None:
+            return
         while frames and acted < CONTROL_FRAMES_PER_CALL:
             frame = frames.popleft()
             if type(frame) is DataFrame:
@@ -61,3 +68,5 @@ class FrameBacklog:
             received[label] = received.get(label, 0) + 1
             acted += 1
             self._on_control(frame, now)
+        if not frames and self._frames is frames:
+            self._frames = None

@@ -55,7 +55,11 @@ class FrameType(enum.IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        """The type's name in metrics and stats (one string per type, shared by all tunnels)."""
+        return _LABELS[self]
+
+
+_LABELS = {t: t.name.lower() for t in FrameType}
 
 
 #: REGISTER / REGISTER_RESULT: this chunk completes the set.

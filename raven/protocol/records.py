@@ -48,9 +48,9 @@ __all__ = [
 MIN_RECORD_BYTES = 1 + TAG_BYTES
 
 _EMPTY = b""
-#: Scratch buffers start empty: the first record allocates what it needs, so an idle tunnel
-#: holds none.
-_SCRATCH_START_BYTES = 0
+#: Scratch buffers start empty (this one, shared: it is never written, any use grows it
+#: first), so an idle or trimmed tunnel holds none of its own.
+_NO_SCRATCH = memoryview(bytearray())
 
 
 def _grown(scratch: memoryview, needed: int) -> memoryview:
@@ -152,7 +152,7 @@ class RecordSender:
         self._key_since = now
         # type byte + payload are assembled here, then encrypted into the output
         # (grown on demand up to MAX_RECORD_PLAINTEXT_BYTES: idle tunnels stay small)
-        self._plain = memoryview(bytearray(_SCRATCH_START_BYTES))
+        self._plain = _NO_SCRATCH
         #: records sealed (key updates included) and keys rotated
         self.records = 0
         self.rekeys = 0
@@ -178,7 +178,7 @@ class RecordSender:
     def trim(self) -> None:
         """Release what an idle sender does not need: the AEAD object, the scratch buffer."""
         self._cipher.release()
-        self._plain = memoryview(bytearray())
+        self._plain = _NO_SCRATCH
 
     def seal_control(self, kind: RecordType, payload: bytes, out: OutputBuffer) -> int:
         """Append one HANDSHAKE or SWITCH record (never preceded by a key update)."""
@@ -216,7 +216,7 @@ class RecordReceiver:
         self._cipher = cipher
         # plaintext lands here first (decrypt_into), then one copy out: cheaper than
         # a fresh plaintext per record plus a slice without its type byte
-        self._scratch = memoryview(bytearray(_SCRATCH_START_BYTES))
+        self._scratch = _NO_SCRATCH
         self.records = 0
         self.rekeys = 0
         #: the last HANDSHAKE or SWITCH record read: (type, payload), for the channel
@@ -225,7 +225,7 @@ class RecordReceiver:
     def trim(self) -> None:
         """Release what an idle receiver does not need: the AEAD object, the scratch buffer."""
         self._cipher.release()
-        self._scratch = memoryview(bytearray())
+        self._scratch = _NO_SCRATCH
 
     def open(self, ciphertext: bytes | memoryview) -> bytes | None:
         """The frames payload of one record, or None for a key update or a HANDSHAKE /

@@ -21,35 +21,38 @@ class RegistrationAssembler:
     def __init__(self, *, initiator: bool, max_entries: int) -> None:
         self._initiator = initiator
         self._max_entries = max_entries
-        self._nodes: list[str] = []
-        self._prefixes: list[str] = []
-        self._refused: list[tuple[str, str]] = []
+        #: nodes, prefixes and refusals of the registration under way; None between
+        #: registrations (an idle tunnel holds no lists)
+        self._parts: tuple[list[str], list[str], list[tuple[str, str]]] | None = None
 
     def feed(
         self, frame: RegisterFrame | RegisterResultFrame
     ) -> RegistrationReceived | RegistrationAnswered | None:
         """Add one chunk: the event when it was the final one, else None.
         RemoteProtocolError for a chunk sent to the wrong side or too many entries."""
+        if isinstance(frame, RegisterFrame) == self._initiator:
+            raise RemoteProtocolError(
+                "REGISTER sent to the initiator"
+                if self._initiator
+                else "REGISTER_RESULT sent to the responder"
+            )
+        if self._parts is None:
+            self._parts = ([], [], [])
+        nodes, prefixes, refused = self._parts
         if isinstance(frame, RegisterFrame):
-            if self._initiator:
-                raise RemoteProtocolError("REGISTER sent to the initiator")
-            self._nodes += frame.nodes
-            self._prefixes += frame.prefixes
+            nodes += frame.nodes
+            prefixes += frame.prefixes
         else:
-            if not self._initiator:
-                raise RemoteProtocolError("REGISTER_RESULT sent to the responder")
-            self._nodes += frame.accepted_nodes
-            self._prefixes += frame.accepted_prefixes
-            self._refused += frame.refused
-        entries = len(self._nodes) + len(self._prefixes) + len(self._refused)
-        if entries > self._max_entries:
+            nodes += frame.accepted_nodes
+            prefixes += frame.accepted_prefixes
+            refused += frame.refused
+        if len(nodes) + len(prefixes) + len(refused) > self._max_entries:
             raise RemoteProtocolError(
                 "registration exceeds max_registration_entries", CloseCode.LIMIT_EXCEEDED
             )
         if not frame.final:
             return None
-        nodes, prefixes, refused = tuple(self._nodes), tuple(self._prefixes), self._refused
-        self._nodes, self._prefixes, self._refused = [], [], []
+        self._parts = None
         if isinstance(frame, RegisterFrame):
-            return RegistrationReceived(nodes, prefixes)
-        return RegistrationAnswered(nodes, prefixes, tuple(refused))
+            return RegistrationReceived(tuple(nodes), tuple(prefixes))
+        return RegistrationAnswered(tuple(nodes), tuple(prefixes), tuple(refused))

@@ -81,7 +81,8 @@ class Tunnel(CopyingReader, TunnelEvents):
         self._write_paused = False
         #: set when writing resumes; made by the first writer that waits (most never do)
         self._write_resumed: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: the stream handlers' tasks, made by the first (a gateway's tunnels mostly never have one)
+        self._tasks: set[asyncio.Task[Any]] | None = None
         self._in_flush = self._in_events = self._receiving = False
         #: made on a tunnel's first large read or long turn (most never have one)
         self._budget: TurnBudget | None = None
@@ -424,7 +425,8 @@ class Tunnel(CopyingReader, TunnelEvents):
     async def aclose(self) -> None:
         """Close and wait for handler tasks to finish (nothing left running)."""
         self.close()
-        for task in list(self._tasks):
+        tasks = list(self._tasks or ())
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -43,7 +43,7 @@ class TunnelEvents:
         rtt_s: float | None
         on_stream: StreamHandler | None
         on_event: EventHandler | None
-        _tasks: set[asyncio.Task[Any]]
+        _tasks: set[asyncio.Task[Any]] | None
 
         @property
         def on_datagram(self) -> DatagramHandler | None: ...
@@ -112,6 +112,8 @@ class TunnelEvents:
             stream.refuse(StreamCode.UNKNOWN_NODE, "this side serves no streams")
             return
         task = self.loop.create_task(self._run_handler(stream, event.node, event.port))
+        if self._tasks is None:
+            self._tasks = set()
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

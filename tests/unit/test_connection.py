@@ -22,6 +22,7 @@ from raven.protocol.events import (
     StreamOpened,
     StreamReset,
 )
+from raven.protocol.frames import FrameType
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
@@ -464,3 +465,29 @@ def test_trimmed_connections_keep_working_and_release_their_aead_objects() -> No
         pump(agent, gateway)
         events(agent), events(gateway)
     assert agent.open_streams == 0 and gateway.open_streams == 0
+
+
+def test_an_idle_registered_tunnel_holds_no_queues_lists_or_scratch_of_its_own() -> None:
+    """What each idle tunnel would otherwise carry, times every agent a gateway holds: the
+    received-frame backlog's deque (~760 B), the registration's three lists, record scratch
+    buffers (one shared empty view until a record needs one) and per-tunnel copies of the
+    frame labels its stats are keyed by."""
+    agent, gateway = connected()
+    agent.register(["edge-1"], [])
+    pump(agent, gateway)
+    events(gateway)
+    gateway.answer_registration(["edge-1"], [])
+    pump(agent, gateway)
+    events(agent)
+    for conn in (agent, gateway):
+        conn.trim()
+        mux, channel = conn._mux, conn._channel
+        assert mux._input._frames is None
+        assert mux._registration._parts is None
+        assert channel._sender is not None and channel._receiver is not None
+        assert channel._sender._plain is channel._receiver._scratch  # the shared empty one
+        assert len(channel._sender._plain) == 0
+    labels = [k for conn in (agent, gateway) for k in conn.stats.frames_received]
+    assert "register" in labels or "register_result" in labels
+    for label in labels:  # one string per frame type, shared by every tunnel
+        assert any(label is t.label for t in FrameType)
