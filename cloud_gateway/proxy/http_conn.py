@@ -291,7 +291,8 @@ class HttpConnection(ClientConnection):
         ctx = self.ctx
         if outcome.stream_kept:
             ctx.streams.put((target.node, target.port), stream)
-        ctx.metrics.request(target.mode.value, outcome.status, outcome.response_bytes)
+        ctx.metrics.request(target.mode.value, outcome.status)
+        ctx.metrics.response_bytes += outcome.response_bytes
         seconds = time.monotonic() - start
         ctx.metrics.observe(target.node, seconds)
         ctx.scrapes.ok(target.node, outcome.status, seconds)

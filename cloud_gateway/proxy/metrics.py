@@ -79,11 +79,10 @@ class ProxyMetrics:
         """Export the pool's size and counts, read when scraped (nothing per request)."""
         self._registry.register(_PoolCollector(pool))
 
-    def request(self, mode: str, code: int, response_bytes: int = 0) -> None:
+    def request(self, mode: str, code: int) -> None:
         """One request (or tunnelled connection) answered with ``code``."""
         key = (mode, code)
         self.requests[key] = self.requests.get(key, 0) + 1
-        self.response_bytes += response_bytes
 
     def error(self, kind: ErrorKind) -> None:
         child = self._errors.get(kind)
