@@ -108,6 +108,11 @@ class OutputBuffer:
         with self.reserve(len(data)) as view:
             view[:] = data
 
+    def discard(self) -> int:
+        """Forget everything queued (a channel that failed); the number of bytes dropped."""
+        dropped, self._used = self._used, 0
+        return dropped
+
     def trim(self) -> None:
         """Drop the buffer's memory when nothing is queued (an idle tunnel)."""
         if not self._used:

@@ -264,9 +264,9 @@ class SecureChannel:
     # -- input ------------------------------------------------------------------------------
 
     def receive_data(self, data: bytes | memoryview, now: float) -> list[bytes]:
-        """Feed wire bytes; return the frames payload of every complete record
-        (possibly none). Raises HandshakeRejected / RemoteProtocolError on anything
-        bad; after that the channel reads nothing more (LocalProtocolError)."""
+        """Feed wire bytes; return the frames payload of every complete record (possibly
+        none). Raises HandshakeRejected / RemoteProtocolError on anything bad; then the
+        channel reads nothing more (LocalProtocolError) and sends nothing it had queued."""
         if self._state is ChannelState.FAILED:
             raise LocalProtocolError("receive_data() on a channel that already failed")
         self.stats.bytes_received += len(data)
@@ -286,6 +286,7 @@ class SecureChannel:
         except ProtocolError:
             self._move(ChannelInput.RECV_INVALID)
             self._inbuf = bytearray()
+            self.stats.bytes_sent -= self._out.discard()  # a final CLOSE may follow, no more
             raise
         finally:
             self._received = []
@@ -453,8 +454,7 @@ class SecureChannel:
 
     def _on_rehandshake(self, receiver: RecordReceiver) -> None:
         assert receiver.control is not None
-        kind, body = receiver.control
-        receiver.control = None
+        (kind, body), receiver.control = receiver.control, None
         if kind is RecordType.SWITCH:
             self._move(ChannelInput.RECV_SWITCH)
             if body or self._next_receiver is None:

@@ -427,6 +427,14 @@ def test_fuzz_responder_after_magic(data: bytes, step: int) -> None:
     _feed_responder([wire[i : i + step] for i in range(0, len(wire), step)])
 
 
+def test_a_genuine_initiation_then_garbage_in_one_read_gets_no_answer() -> None:
+    """Message 2 was queued by the initiation and still went out after the garbage that
+    followed it in the same read failed the channel (found by the fuzz test below)."""
+    gateway = _feed_responder([_VALID_START + b"\x00\x00"])  # a record length of 0
+    assert gateway.state is ChannelState.FAILED
+    assert gateway.stats.bytes_sent == 0
+
+
 @given(st.integers(0, len(_VALID_START)), st.binary(max_size=150))
 def test_fuzz_responder_valid_prefix_then_garbage(cut: int, data: bytes) -> None:
     gateway = _feed_responder([_VALID_START[:cut] + data])
