@@ -55,17 +55,7 @@ from tests.e2e.test_l3_netns import (  # noqa: E402
     ping,
 )
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 MINIMAL_HOP = Path(__file__).resolve().parent / "l3_minimal_hop.py"
-
-
-def cpu_seconds(procs: list[Proc]) -> float:
-    """utime + stime of the processes (all their threads)."""
-    total = 0
-    for p in procs:
-        fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
 
 
 def cpu_ns(procs: list[Proc]) -> int:
@@ -108,9 +98,9 @@ WG_TABLE = "51"
 
 def measure_throughput(res: Result, t: L3Lab, procs: list[Proc], dst: str, seconds: float) -> None:
     for streams in (1, 4):
-        before = cpu_seconds(procs)
+        before = cpu_ns(procs)
         run = iperf(t.lab, t.cloud, t.edge, dst, streams=streams, seconds=seconds)
-        cpu = cpu_seconds(procs) - before
+        cpu = (cpu_ns(procs) - before) / 1e9
         rate = bps(run)
         res.mbps[streams] = rate / 1e6
         res.cpu_per_gbit[streams] = cpu / (rate * seconds / 1e9)
