@@ -243,6 +243,17 @@ async def _raw_agent(
     return conn, reader, writer
 
 
+async def _opens_acted_at_most_a_share_per_turn(gateway: TunnelConnection, count: int) -> None:
+    """Step the loop one turn at a time until ``count`` OPENs were acted on; no turn acted
+    on more than CONTROL_FRAMES_PER_CALL."""
+    acted = [0]
+    async with asyncio.timeout(10):
+        while acted[-1] < count:  # one loop turn per step
+            await asyncio.sleep(0)
+            acted.append(gateway.stats.frames_received.get("open", 0))
+    assert max(b - a for a, b in itertools.pairwise(acted)) <= CONTROL_FRAMES_PER_CALL
+
+
 async def test_hundreds_of_opens_in_one_read_are_refused_iteratively(site: Site) -> None:
     """The gateway serves no streams: each OPEN is refused from inside the event loop
     of the adapter. Processed re-entrantly, a few hundred in one read raised
@@ -256,12 +267,7 @@ async def test_hundreds_of_opens_in_one_read_are_refused_iteratively(site: Site)
         conn.open_stream("edge-x-1", 80)
     wire = conn.data_to_send(None, time.monotonic())
     writer.write(wire)
-    acted = [0]
-    async with asyncio.timeout(10):
-        while acted[-1] < count:  # one loop turn per step
-            await asyncio.sleep(0)
-            acted.append(gateway.stats.frames_received.get("open", 0))
-    assert max(b - a for a, b in itertools.pairwise(acted)) <= CONTROL_FRAMES_PER_CALL
+    await _opens_acted_at_most_a_share_per_turn(gateway, count)
     refused = 0
     async with asyncio.timeout(10):
         while refused < count:
@@ -293,12 +299,7 @@ async def test_a_read_of_several_slices_of_opens_stays_within_the_per_turn_bound
         frame = encode_frame(OpenFrame(1_000_001 + 2 * i, "edge-x-1", 80))
         conn._channel.seal(frame, time.monotonic())
     writer.write(conn.data_to_send(None, time.monotonic()))
-    acted = [0]
-    async with asyncio.timeout(10):
-        while acted[-1] < count:  # one loop turn per step
-            await asyncio.sleep(0)
-            acted.append(gateway.stats.frames_received.get("open", 0))
-    assert max(b - a for a, b in itertools.pairwise(acted)) <= CONTROL_FRAMES_PER_CALL
+    await _opens_acted_at_most_a_share_per_turn(gateway, count)
     assert "site-a" in site.registry.sessions
     writer.close()
     await writer.wait_closed()
