@@ -51,7 +51,7 @@ def _agent(args: argparse.Namespace) -> int:
 
         return run_agent(config)
 
-    return _run_service(args, "agent", load_agent_config, main, event_loop=lambda c: c.event_loop)
+    return _run_service(args, "agent", load_agent_config, main, event_loop=lambda c: c.loop)
 
 
 class _ServiceConfig(Protocol):

@@ -165,10 +165,18 @@ class AgentConfig:
     event_loop: str = doc(
         "The asyncio event loop: `asyncio` (the standard library's), `uvloop` (libuv: ~2.5 MiB"
         " more RSS, and ~4.5 MiB for the `ssl` module it imports; the same CPU per scrape"
-        " within noise in bench/bench_l7.py) or `auto` (uvloop where it is installed)."
-        " docs/operations.md compares them.",
-        default="asyncio",
+        " within noise in bench/bench_l7.py, less per L3 packet in bench/bench_l3.py) or `auto`"
+        " (uvloop for an agent that forwards L3 packets, `tun.enabled`, where it is installed;"
+        " the standard library's otherwise). docs/operations.md compares them.",
+        default="auto",
     )
+
+    @property
+    def loop(self) -> str:
+        """The ``event_loop`` this agent runs on (raven.cli.run_async): ``auto`` resolved."""
+        if self.event_loop == "auto" and not self.tun.enabled:
+            return "asyncio"
+        return self.event_loop
 
     @property
     def needs_ssl(self) -> bool:
@@ -177,7 +185,7 @@ class AgentConfig:
         and uvloop. Without them the agent runs without ``ssl`` (`raven.without_ssl`)."""
         k8s = self.kubernetes
         uses_api = k8s.enabled or bool(k8s.services) or self.gpu_exporter.kubernetes
-        return uses_api or self.event_loop != "asyncio"
+        return uses_api or self.loop != "asyncio"
 
     def __post_init__(self) -> None:
         check_hostport("gateway", self.gateway)

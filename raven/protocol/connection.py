@@ -156,21 +156,27 @@ class TunnelConnection:
 
     # ------------------------------------------------------------------ I/O
 
-    def receive_data(self, data: bytes | memoryview, now: float) -> None:
-        """Feed wire bytes from the peer. Never raises for anything the peer sent."""
+    def receive_data(self, data: bytes | memoryview, now: float) -> bool:
+        """Feed wire bytes from the peer. Never raises for anything the peer sent.
+
+        False when all they brought was one record of one DATAGRAM frame, handed to the
+        datagram sink (the datagram lane): no event, nothing to send, no deadline earlier;
+        True: look at events, :attr:`has_data_to_send` and :meth:`get_timer`."""
         self._now = now
         if self._mux.closed:
-            return
+            return True
         cookie_replies = self._channel.stats.cookie_replies
         try:
             payloads = self._channel.receive_data(data, now)
         except HandshakeRejected as rejected:  # one name per exception type (mypyc)
             self._fail(rejected.code, rejected.reason)
-            return
+            return True
         except RemoteProtocolError as exc:
             self._fail(exc.code, str(exc))
-            return
+            return True
         mux = self._mux
+        if len(payloads) == 1 and mux.receive_lone_datagram(payloads[0], now):
+            return False
         if self._channel.stats.cookie_replies != cookie_replies:
             mux.add_event(CookieReplied())
         if mux.state is TunnelState.HANDSHAKING and self._channel.handshake_complete:
@@ -179,6 +185,7 @@ class TunnelConnection:
             assert remote is not None
             mux.add_event(HandshakeCompleted(remote))
         self._act(lambda: self._receive_payloads(payloads, now))
+        return True
 
     @property
     def input_waiting(self) -> bool:
@@ -311,6 +318,19 @@ class TunnelConnection:
 
     def send_datagram(self, data: bytes) -> bool:
         return self._mux.send_datagram(data)
+
+    def seal_lone_datagram(self, data: bytes, now: float) -> bytes | None:
+        """The datagram lane: when the tunnel is open and nothing waits to be sent, the wire
+        bytes of one record carrying ``data`` as its only frame, sealed now and counted as
+        sent (write them before anything else); None, nothing done: :meth:`send_datagram`."""
+        head = self._mux.lone_datagram_header(len(data))
+        if head is None:
+            return None
+        wire = self._channel.seal_now(head, data, now)
+        if wire is not None:
+            self._now = now
+            self._mux.stats.count_datagrams_sent(1)
+        return wire
 
     def set_datagram_sink(self, sink: DatagramSink | None) -> None:
         """Hand each received L3 packet to ``sink`` (called inside :meth:`receive_data`)

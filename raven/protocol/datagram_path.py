@@ -23,12 +23,29 @@ from raven.protocol.events import DatagramReceived
 from raven.protocol.frames import HEADER, FrameType
 from raven.protocol.scheduler import TunnelStats
 
-__all__ = ["DatagramInbox", "DatagramSink", "split_datagrams"]
+__all__ = ["DatagramInbox", "DatagramSink", "datagram_header", "lone_datagram", "split_datagrams"]
 
 DatagramSink = Callable[[bytes], None]
 
 _DATAGRAM = int(FrameType.DATAGRAM)
 _HEADER_UNPACK = HEADER.unpack_from
+_HEADER_PACK = HEADER.pack
+
+
+def datagram_header(size: int) -> bytes:
+    """The header of a DATAGRAM frame carrying ``size`` bytes (1 to MAX_FRAME_PAYLOAD_BYTES)."""
+    return _HEADER_PACK(_DATAGRAM, 0, 0, size)
+
+
+def lone_datagram(payload: bytes) -> bytes | None:
+    """The packet of a payload that is exactly one well-formed DATAGRAM frame, else None
+    (the same verdict as :func:`split_datagrams` for a payload of one frame)."""
+    if len(payload) <= FRAME_HEADER_BYTES or payload[0] != _DATAGRAM:
+        return None
+    _, flags, stream_id, length = _HEADER_UNPACK(payload, 0)
+    if flags or stream_id or length != len(payload) - FRAME_HEADER_BYTES:
+        return None
+    return payload[FRAME_HEADER_BYTES:]
 
 
 def split_datagrams(payload: bytes) -> list[bytes] | None:

@@ -1,16 +1,18 @@
 """The length each message of the secure channel may have, by channel state: checked from its
-u16 length prefix, before the body is read or buffered (docs/protocol-handshake.md)."""
+u16 length prefix, before the body is read or buffered (docs/protocol-handshake.md); and how
+many bytes a held partial message still lacks."""
 
 from __future__ import annotations
 
-from raven.protocol.constants import LENGTH_PREFIX_BYTES
+from raven.protocol.constants import LENGTH_PREFIX_BYTES, MAGIC
 from raven.protocol.cookie import COOKIE_REPLY_BYTES
 from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
 from raven.protocol.handshake import INITIATION_BYTES, RESPONSE_BYTES
 from raven.protocol.lifecycle import ESTABLISHED_STATES, ChannelState
 from raven.protocol.records import MIN_RECORD_BYTES
+from raven.protocol.suites import PREAMBLE_BYTES
 
-__all__ = ["check_length"]
+__all__ = ["check_length", "missing_bytes"]
 
 
 def check_length(state: ChannelState, length: int) -> None:
@@ -31,3 +33,12 @@ def check_length(state: ChannelState, length: int) -> None:
             "is the gateway address really a Raven tunnel port?)",
             "malformed",
         )
+
+
+def missing_bytes(state: ChannelState, held: bytearray) -> int:
+    """Bytes the ``held`` partial message (or magic, or length prefix) still lacks."""
+    if state is ChannelState.AWAIT_MAGIC:  # the magic is checked before the suite
+        return (len(MAGIC) if len(held) < len(MAGIC) else PREAMBLE_BYTES) - len(held)
+    if len(held) < LENGTH_PREFIX_BYTES:
+        return LENGTH_PREFIX_BYTES - len(held)
+    return LENGTH_PREFIX_BYTES + ((held[0] << 8) | held[1]) - len(held)

@@ -18,7 +18,12 @@ from collections.abc import Iterable
 from raven.protocol.budget import ControlBudget
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.constants import MAX_FRAME_PAYLOAD_BYTES
-from raven.protocol.datagram_path import DatagramInbox, split_datagrams
+from raven.protocol.datagram_path import (
+    DatagramInbox,
+    datagram_header,
+    lone_datagram,
+    split_datagrams,
+)
 from raven.protocol.errors import LocalProtocolError
 from raven.protocol.event_queue import EventQueue
 from raven.protocol.events import (
@@ -26,14 +31,10 @@ from raven.protocol.events import (
     Event,
     GoAwayReceived,
     PongReceived,
-    StreamAccepted,
-    StreamClosed,
     StreamDataReceived,
-    StreamEnded,
     StreamOpened,
     StreamRefused,
     StreamReset,
-    StreamWindowOpened,
 )
 from raven.protocol.frame_backlog import FrameBacklog
 from raven.protocol.frame_fields import clean_reason
@@ -61,6 +62,7 @@ from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, 
 from raven.protocol.limits import Limits
 from raven.protocol.registration import RegistrationAssembler
 from raven.protocol.scheduler import Scheduler, TunnelStats
+from raven.protocol.stream_control import apply_stream_control, finish_stream
 from raven.protocol.stream_table import StreamTable
 from raven.protocol.streams import (
     RECEIVING_STATES,
@@ -258,6 +260,26 @@ class Multiplexer:
             return self.stats.count_drop("queue_full")
         return True
 
+    def lone_datagram_header(self, size: int) -> bytes | None:
+        """The datagram lane: the frame header for a packet of ``size`` bytes that may go
+        out alone now (tunnel open, nothing queued, in bounds); None: send_datagram it."""
+        if self._state is not TunnelState.OPEN or self._out.has_output:
+            return None
+        return datagram_header(size) if 0 < size <= self._max_datagram else None
+
+    def receive_lone_datagram(self, payload: bytes, now: float) -> bool:
+        """The datagram lane: a payload of exactly one DATAGRAM frame, in an open tunnel with
+        a datagram sink, goes to the sink at once (as receive_payload would take it, minus
+        the frame decoder); False, nothing done: receive_payload it."""
+        if self._state is not TunnelState.OPEN or self.datagrams.sink is None:
+            return False
+        packet = lone_datagram(payload)
+        if packet is None:
+            return False
+        self._keepalive.heard(now)
+        self.datagrams.receive_all([packet])
+        return True
+
     def register(self, nodes: Iterable[str], prefixes: Iterable[str]) -> None:
         """(initiator) Announce the whole set of nodes and prefixes we serve."""
         self._move(TunnelInput.SEND_REGISTRATION)
@@ -365,12 +387,7 @@ class Multiplexer:
 
     def _on_end_sent(self, stream: Stream) -> None:
         if stream.finished:
-            self._finish(stream)
-
-    def _finish(self, stream: Stream) -> None:
-        """A cleanly closed stream: both ENDs are through."""
-        self._table.forget(stream)
-        self._events.append(StreamClosed(stream.stream_id))
+            finish_stream(stream, self._table, self._events)
 
     # ------------------------------------------------------------------ input
 
@@ -425,7 +442,7 @@ class Multiplexer:
         if isinstance(frame, OpenFrame):
             self._on_open(frame)
         elif isinstance(frame, CreditFrame | EndFrame | ResetFrame | OpenResultFrame):
-            self._on_stream_control(frame)
+            apply_stream_control(frame, self._table, self._events, self.stats)
         elif isinstance(frame, DatagramFrame):
             self.datagrams.receive(frame.data)
         elif isinstance(frame, PingFrame):
@@ -465,34 +482,3 @@ class Multiplexer:
         self._events.append(StreamOpened(stream_id, frame.node, frame.port))
         if frame.data:  # received already: the window we grant at accept covers it
             self._events.append(StreamDataReceived(stream_id, frame.data))
-
-    def _on_stream_control(
-        self, frame: CreditFrame | EndFrame | ResetFrame | OpenResultFrame
-    ) -> None:
-        stream = self._table.peer(frame.stream_id)
-        if stream is None:
-            return
-        stream_id = frame.stream_id
-        if isinstance(frame, CreditFrame):
-            stream.apply(_I.RECV_CREDIT)
-            stream.on_credit(frame.increment)
-            if stream.state in SENDING_STATES:
-                self._events.append(StreamWindowOpened(stream_id))
-        elif isinstance(frame, EndFrame):
-            stream.apply(_I.RECV_END)
-            self._events.append(StreamEnded(stream_id))
-            if stream.finished:
-                self._finish(stream)
-        elif isinstance(frame, ResetFrame):
-            stream.apply(_I.RECV_RESET)
-            stream.discard_queue()
-            self.stats.count_reset(frame.code.label)
-            self._table.forget(stream)
-            self._events.append(StreamReset(stream_id, frame.code, frame.reason, by_peer=True))
-        elif frame.code is StreamCode.OK:
-            stream.apply(_I.RECV_ACCEPT)
-            self._events.append(StreamAccepted(stream_id))
-        else:
-            stream.apply(_I.RECV_REFUSE)
-            self._table.forget(stream)
-            self._events.append(StreamRefused(stream_id, frame.code, frame.reason))

@@ -41,6 +41,7 @@ __all__ = [
     "RecordReceiver",
     "RecordSender",
     "RecordType",
+    "is_whole_record",
     "split_messages",
 ]
 
@@ -68,6 +69,10 @@ class RecordType(enum.IntEnum):
     SWITCH = 0x03
 
 
+#: The type byte of a FRAMES record, for :meth:`RecordSender.seal_now`.
+_FRAMES_TYPE = bytes([RecordType.FRAMES])
+
+
 class OutputBuffer:
     """Wire bytes waiting to be sent, in one reusable bytearray.
 
@@ -79,30 +84,31 @@ class OutputBuffer:
     reuses it) and shrinks back after a larger batch.
     """
 
-    __slots__ = ("_buf", "_initial", "_keep", "_used")
+    __slots__ = ("_buf", "_initial", "_keep", "used")
 
     def __init__(self, initial_bytes: int = 0, keep_bytes: int = 1024 * 1024) -> None:
         self._buf = bytearray(initial_bytes)
         self._initial = initial_bytes
         self._keep = keep_bytes
-        self._used = 0
+        #: bytes queued (read it; only the methods change it)
+        self.used = 0
 
     def __len__(self) -> int:
-        return self._used
+        return self.used
 
     def reserve(self, size: int) -> memoryview:
         """A writable view of the next ``size`` bytes, now counted as queued.
         Release the view (``with``) before the next call."""
-        start = self._used
+        start = self.used
         end = start + size
         if end > len(self._buf):
             self._buf += bytes(max(end - len(self._buf), len(self._buf)))
-        self._used = end
+        self.used = end
         return memoryview(self._buf)[start:end]
 
     def unreserve(self, size: int) -> None:
         """Give back the last ``size`` reserved bytes (a seal that failed)."""
-        self._used -= size
+        self.used -= size
 
     def append(self, data: bytes) -> None:
         with self.reserve(len(data)) as view:
@@ -110,22 +116,22 @@ class OutputBuffer:
 
     def discard(self) -> int:
         """Forget everything queued (a channel that failed); the number of bytes dropped."""
-        dropped, self._used = self._used, 0
+        dropped, self.used = self.used, 0
         return dropped
 
     def trim(self) -> None:
         """Drop the buffer's memory when nothing is queued (an idle tunnel)."""
-        if not self._used:
+        if not self.used:
             self._buf = bytearray()
 
     def take(self) -> bytes:
         """All queued bytes (empty when none); the buffer is then empty."""
-        used = self._used
+        used = self.used
         if not used:
             return b""
         with memoryview(self._buf) as view:
             data = view[:used].tobytes()
-        self._used = 0
+        self.used = 0
         if len(self._buf) > self._keep:
             self._buf = bytearray(self._initial)
         return data
@@ -179,6 +185,17 @@ class RecordSender:
             self._key_since = now
             self.rekeys += 1
         return written + self._seal_type(RecordType.FRAMES, payload, out)
+
+    def seal_now(self, head: bytes, body: bytes, now: float) -> bytes | None:
+        """The wire bytes of one FRAMES record carrying ``head + body``, returned rather
+        than queued (the datagram lane: nothing may be queued before it); None, nothing
+        done, when the key is due for an update (:meth:`seal` sends that first)."""
+        if self._key_records >= self._after_records or now - self._key_since >= self._after_s:
+            return None
+        ciphertext = self._cipher.encrypt_with_ad(_EMPTY, _FRAMES_TYPE + head + body)
+        self._key_records += 1
+        self.records += 1
+        return len(ciphertext).to_bytes(LENGTH_PREFIX_BYTES, "big") + ciphertext
 
     def trim(self) -> None:
         """Release what an idle sender does not need: the AEAD object, the scratch buffer."""
@@ -276,6 +293,12 @@ def trim_idle(
         sender.trim()
     if receiver is not None:
         receiver.trim()
+
+
+def is_whole_record(data: bytes | memoryview) -> bool:
+    """``data`` is exactly one length-prefixed message, of a record's smallest size or more."""
+    size = len(data) - LENGTH_PREFIX_BYTES
+    return size >= MIN_RECORD_BYTES and size == (data[0] << 8) | data[1]
 
 
 def split_messages(

@@ -56,6 +56,11 @@ class TunnelStats:
     def count_reset(self, label: str) -> None:
         self.streams_reset[label] = self.streams_reset.get(label, 0) + 1
 
+    def count_datagrams_sent(self, count: int) -> None:
+        """``count`` DATAGRAM frames went into records (queued or through the lane)."""
+        self.frames_sent["datagram"] = self.frames_sent.get("datagram", 0) + count
+        self.datagrams_sent += count
+
     def count_drop(self, reason: str) -> bool:
         """Count a dropped datagram; False (it was not sent) for the caller to return."""
         self.datagrams_dropped[reason] = self.datagrams_dropped.get(reason, 0) + 1
@@ -158,9 +163,7 @@ class Scheduler:
             room -= len(data) + FRAME_HEADER_BYTES
             count += 1
         if count:
-            sent = self._stats.frames_sent
-            sent["datagram"] = sent.get("datagram", 0) + count
-            self._stats.datagrams_sent += count
+            self._stats.count_datagrams_sent(count)
         return room
 
     def _add_stream_data(self, parts: list[bytes | memoryview], room: int) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from raven.protocol.channel_types import ChannelStats, Role
 from raven.protocol.codes import CloseCode
-from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES, MAGIC
+from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES
 from raven.protocol.cookie import COOKIE_REPLY_BYTES, CookieJar, CookieResponder
 from raven.protocol.errors import (
     HandshakeRejected,
@@ -46,19 +46,22 @@ from raven.protocol.lifecycle import (
     next_channel_state,
 )
 from raven.protocol.limits import Limits
-from raven.protocol.message_lengths import check_length
+from raven.protocol.message_lengths import check_length, missing_bytes
 from raven.protocol.noise import public_key
 from raven.protocol.records import (
     OutputBuffer,
     RecordReceiver,
     RecordSender,
     RecordType,
+    is_whole_record,
     split_messages,
     trim_idle,
 )
-from raven.protocol.suites import DEFAULT_SUITES, PREAMBLE_BYTES, ChannelSuites, Suite, preamble
+from raven.protocol.suites import DEFAULT_SUITES, ChannelSuites, Suite, preamble
 
 __all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
+
+_ESTABLISHED = ChannelState.ESTABLISHED
 
 
 def _refuse_all(_key: bytes) -> bool:
@@ -255,6 +258,18 @@ class SecureChannel:
         stats.records_sent += sender.records - records
         stats.rekeys_sent += sender.rekeys - rekeys
 
+    def seal_now(self, head: bytes, body: bytes, now: float) -> bytes | None:
+        """One record of ``head + body`` sealed, counted and returned now, not queued; None
+        (:meth:`seal` it) unless established, nothing queued, no key update due."""
+        sender = self._sender
+        if sender is None or self._out.used or self._state is not _ESTABLISHED:
+            return None
+        wire = sender.seal_now(head, body, now)
+        if wire is not None:
+            self.stats.bytes_sent += len(wire)
+            self.stats.records_sent += 1
+        return wire
+
     def _seal_control(self, kind: RecordType, payload: bytes) -> None:
         """One HANDSHAKE or SWITCH record under the current sending key."""
         assert self._sender is not None
@@ -274,6 +289,9 @@ class SecureChannel:
         received: list[bytes] = []
         self._received = received
         try:
+            if self._state is _ESTABLISHED and not self._inbuf and is_whole_record(data):
+                self._on_message(data[LENGTH_PREFIX_BYTES:])  # one record: no splitting
+                return received
             with memoryview(data) as view:
                 # First complete the one partial message held from earlier calls,
                 # copying only the bytes it lacks; then parse straight from `data`.
@@ -292,21 +310,12 @@ class SecureChannel:
             self._received = []
         return received
 
-    def _missing(self) -> int:
-        """Bytes the held partial message (or magic, or length prefix) still lacks."""
-        buf = self._inbuf
-        if self._state is ChannelState.AWAIT_MAGIC:  # the magic is checked before the suite
-            return (len(MAGIC) if len(buf) < len(MAGIC) else PREAMBLE_BYTES) - len(buf)
-        if len(buf) < LENGTH_PREFIX_BYTES:
-            return LENGTH_PREFIX_BYTES - len(buf)
-        return LENGTH_PREFIX_BYTES + ((buf[0] << 8) | buf[1]) - len(buf)
-
     def _complete_partial(self, view: memoryview) -> int:
         """Feed ``view`` into the held partial message until it is handled or
         ``view`` runs out; return how many bytes of ``view`` were used."""
         pos = 0
         while self._inbuf and pos < len(view):
-            missing = self._missing()
+            missing = missing_bytes(self._state, self._inbuf)
             take = min(missing, len(view) - pos)
             self._inbuf += view[pos : pos + take]
             pos += take
@@ -331,7 +340,7 @@ class SecureChannel:
     def _check_length(self, length: int) -> None:
         check_length(self._state, length)
 
-    def _on_message(self, message: memoryview) -> bool:
+    def _on_message(self, message: bytes | memoryview) -> bool:
         receiver = self._receiver
         if receiver is not None:
             payload = receiver.open(message)
@@ -432,16 +441,7 @@ class SecureChannel:
         self._handshake_hash = keys.handshake_hash
         self.suites.adopt(keys.suite, keys.peer_suites)
 
-    # -- re-handshake: new Diffie-Hellman keys inside the session ---------------------------
-    #
-    # initiator                                   responder
-    #   HANDSHAKE(msg 1)  (old key) ------------->  answers; sends from now on new keys:
-    #                    <------------------------  HANDSHAKE(msg 2) (old key), then new
-    #   reads new keys from here; sends
-    #   SWITCH (old key), then new keys ---------->  reads new keys after SWITCH
-    #
-    # TCP keeps records in order, so each side knows exactly which record is the last
-    # under the old key; frames flow throughout and no stream notices.
+    # -- re-handshake: new DH keys inside the session (sequence: docs/protocol-handshake.md)
 
     def start_rehandshake(self, now: float) -> None:
         """(initiator) Begin a re-handshake (due at :attr:`rehandshake_at`)."""

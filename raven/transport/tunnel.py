@@ -87,6 +87,8 @@ class Tunnel(CopyingReader, TunnelEvents):
         #: made on a tunnel's first large read or long turn (most never have one)
         self._budget: TurnBudget | None = None
         self._flush_scheduled = False
+        #: a _resume_input is deferred to the next turn (received frames wait)
+        self._resume_due = False
         #: set when the last stream is gone; made by wait_streams_done (drain) only
         self._no_streams: asyncio.Event | None = None
         #: streams opened + datagrams moved, as of the last keepalive round trip
@@ -108,11 +110,10 @@ class Tunnel(CopyingReader, TunnelEvents):
         self._after_io()
 
     def data_received(self, data: bytes) -> None:
-        if len(data) <= SLICE_BYTES:
-            self._receive(data)
-            self._after_io()
-        else:  # a large read in slices, a turn's CPU budget at a time
+        if len(data) > SLICE_BYTES:  # a large read in slices, a turn's CPU budget at a time
             self._turn_budget().feed(data)
+        elif self._receive(data):  # else only an L3 packet, already handed on: nothing to do
+            self._after_io()
 
     def _turn_budget(self) -> TurnBudget:
         if self._budget is None:
@@ -120,20 +121,27 @@ class Tunnel(CopyingReader, TunnelEvents):
                                       lambda: self.transport)  # fmt: skip
         return self._budget
 
-    def _receive(self, data: bytes | memoryview | None) -> None:
-        resumes = data is None or not self.conn.input_waiting  # else a resume is due already
+    def _receive(self, data: bytes | memoryview | None) -> bool:
+        """Feed a read (None: act on more of the frames earlier reads brought); False when
+        it only brought a packet for on_datagram (TunnelConnection.receive_data)."""
+        conn = self.conn
         self._receiving = True  # datagram handlers run inside receive_data
         try:
-            if data is None:  # more of the frames that earlier reads brought
-                self.conn.resume_input(_now())
+            if data is None:
+                conn.resume_input(_now())
+                acts = True
             else:
-                self.conn.receive_data(data, _now())
+                acts = conn.receive_data(data, _now())
         finally:
             self._receiving = False
-        if resumes and self.conn.input_waiting:  # frames wait: more next turn, reading paused
+        # frames wait: more next turn, reading paused (once: frames wait only while it is due)
+        if acts and not self._resume_due and conn.input_waiting:
+            self._resume_due = True
             self._turn_budget().defer(self._resume_input)
+        return acts
 
     def _resume_input(self) -> None:
+        self._resume_due = False
         self._receive(None)
         self._after_io()
 
@@ -212,9 +220,16 @@ class Tunnel(CopyingReader, TunnelEvents):
         self.conn.set_datagram_sink(handler)
 
     def send_datagram(self, data: bytes) -> bool:
-        """Queue one L3 packet; False when dropped. Never blocks. When nothing else is
-        pending it is sealed and written at once (no call_soon round); inside a TUN read batch
-        it waits for the batch's end (see send_burst); else it goes with the flush that is due."""
+        """Send one L3 packet; False when dropped. Never blocks. When nothing else is pending
+        it is sealed and written at once, alone (the connection's datagram lane); inside a
+        TUN read batch it waits for the batch's end (see send_burst); else it goes with the
+        flush that is due."""
+        transport = self.transport
+        if not (transport is None or self._write_paused or self._flush_due() or SEND_BURST.active):
+            wire = self.conn.seal_lone_datagram(data, _now())
+            if wire is not None:
+                transport.write(wire)
+                return True
         if self.closed.done():
             return False
         if not self.conn.send_datagram(data):

@@ -39,7 +39,7 @@ class TurnBudget:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        receive: Callable[[bytes | memoryview], None],
+        receive: Callable[[bytes | memoryview], object],
         after: Callable[[], None],
         transport: Callable[[], asyncio.Transport | None],
         clock: Callable[[], float] = time.perf_counter,

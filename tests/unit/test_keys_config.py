@@ -117,7 +117,12 @@ def test_agent_config_validation(tmp_path: Path) -> None:
             "nodes": {"edge-gpu-1": "192.168.1.10"}}  # fmt: skip
     cfg = load_agent_config(write(tmp_path, base))
     assert cfg.allowed_ports == [9400, 9100, 10250, 10255]
-    assert cfg.event_loop == "asyncio"
+    assert cfg.event_loop == "auto"
+    assert cfg.loop == "asyncio"  # auto: the standard library's loop without L3
+    l3 = load_agent_config(write(tmp_path, {**base, "tun": {"enabled": True}}))
+    assert (l3.event_loop, l3.loop) == ("auto", "auto")  # uvloop where it is installed
+    pinned = {**base, "tun": {"enabled": True}, "event_loop": "asyncio"}
+    assert load_agent_config(write(tmp_path, pinned)).loop == "asyncio"
     for bad, msg in [
         ({"event_loop": "trio"}, "event_loop: 'trio' is not one of auto, uvloop, asyncio"),
         ({"nodes": {"bad_name!": "1.2.3.4"}}, "not a valid node name"),

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from raven.config.agent import AgentConfig, GpuExporterConfig, KubernetesNodeSource
+from raven.config.common import TunConfig
 from tests.helpers import KeyPair
 
 FORGO = """
@@ -49,7 +50,9 @@ def config(tmp_path: Any, **fields: Any) -> AgentConfig:
     [
         ({}, False),
         ({"event_loop": "uvloop"}, True),
-        ({"event_loop": "auto"}, True),
+        ({"event_loop": "auto"}, False),  # auto: uvloop only for an L3 agent
+        ({"tun": TunConfig(enabled=True)}, True),
+        ({"tun": TunConfig(enabled=True), "event_loop": "asyncio"}, False),
         ({"kubernetes": KubernetesNodeSource(enabled=True)}, True),
         ({"kubernetes": KubernetesNodeSource(services=["gpu/dcgm-exporter"])}, True),
         ({"gpu_exporter": GpuExporterConfig(enabled=True, kubernetes=True)}, True),
