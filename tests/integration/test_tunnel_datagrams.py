@@ -1,5 +1,6 @@
 """Datagrams through two real Tunnels on loopback TCP: a lone datagram leaves in the same
-loop turn (no call_soon round), a burst (a TUN read batch) shares one record and one write,
+loop turn (no call_soon round) and a lone read is handed on without the tunnel's after-I/O
+pass (the datagram lane), a burst (a TUN read batch) shares one record and one write,
 packets reach on_datagram straight from the receive path, and a handler may answer from
 inside it."""
 
@@ -53,6 +54,22 @@ async def test_a_lone_datagram_is_written_in_the_same_loop_turn(pair: Pair) -> N
     assert not agent.conn.has_data_to_send
     await wait_for(lambda: pair.gateway_got == [b"\x45" + bytes(63)])
     assert not any(isinstance(e, DatagramReceived) for e in pair.gateway_events)
+
+
+async def test_a_lone_datagram_read_is_handed_on_without_the_after_io_pass(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The datagram lane on receive: a read of one record of one DATAGRAM frame reaches
+    on_datagram, and the tunnel skips the events, flush and timer pass (nothing is due)."""
+    gateway = pair.gateway
+    passes: list[None] = []
+    after_io = gateway._after_io
+    monkeypatch.setattr(gateway, "_after_io", lambda: (passes.append(None), after_io())[1])
+    for i in range(3):
+        assert pair.agent.send_datagram(b"\x45" + bytes([i]) * 63)
+        await wait_for(lambda i=i: len(pair.gateway_got) == i + 1)  # one read each
+    assert passes == []
+    assert gateway.conn.stats.datagrams_received == 3
 
 
 async def test_a_burst_shares_one_record_written_when_it_ends(pair: Pair) -> None:
