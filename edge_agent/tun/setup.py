@@ -8,7 +8,7 @@ Each gateway replica's tunnel becomes one path as it comes up, and goes when it 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from edge_agent.tun.forwarder import PathHandle, TunForwarder
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 class DatagramTunnel(Protocol):
     """What a path needs from a tunnel."""
+
+    on_datagram: Callable[[bytes], None] | None
 
     def send_datagram(self, data: bytes) -> bool: ...
 
@@ -42,6 +44,8 @@ class AgentL3:
             old.remove()
         if tunnel is not None:
             self._paths[link] = self.forwarder.add_path(tunnel.send_datagram)
+            # its packets straight to the forwarder: no hop through the app per packet
+            tunnel.on_datagram = self.forwarder.packet_from_gateway
 
     def packet_from_gateway(self, packet: bytes) -> None:
         self.forwarder.packet_from_gateway(packet)

@@ -23,31 +23,32 @@ log = logging.getLogger(__name__)
 class SendBurst:
     """Flushes deferred while a read batch is running (see the module docstring)."""
 
-    __slots__ = ("_depth", "_pending")
+    __slots__ = ("_pending", "depth")
 
     def __init__(self) -> None:
-        self._depth = 0
+        #: batches running (nested ``with``); read it, the context manager changes it
+        self.depth = 0
         self._pending: list[Callable[[], None]] = []
 
     @property
     def active(self) -> bool:
-        return self._depth > 0
+        return self.depth > 0
 
     def defer(self, flush: Callable[[], None]) -> bool:
         """Run ``flush`` at the end of the running batch; False (not taken) outside one.
         The caller defers once per batch (it remembers that a flush is coming)."""
-        if not self._depth:
+        if not self.depth:
             return False
         self._pending.append(flush)
         return True
 
     def __enter__(self) -> SendBurst:
-        self._depth += 1
+        self.depth += 1
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._depth -= 1
-        if self._depth:
+        self.depth -= 1
+        if self.depth:
             return
         while self._pending:
             pending, self._pending = self._pending, []

@@ -230,6 +230,8 @@ class LinuxTun:
             return b""
         if not self._vnet:
             return bytes(view[:size])
+        if size > VNET_HDR.size and not buffer[0] & VNET_F_NEEDS_CSUM:  # the common case
+            return bytes(view[VNET_HDR.size : size])
         return self._from_vnet(view[:size])
 
     @staticmethod
@@ -267,7 +269,8 @@ class LinuxTun:
     def write(self, packet: bytes) -> bool:
         try:
             if self._vnet:
-                os.writev(self._fd, self._vnet_header(packet))
+                plain = not self._offload or len(packet) <= self._mtu  # no GSO header to make
+                os.writev(self._fd, (_PLAIN_HDR, packet) if plain else self._vnet_header(packet))
             else:
                 os.write(self._fd, packet)
         except OSError as exc:

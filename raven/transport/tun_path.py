@@ -88,11 +88,10 @@ class TunPath:
 
     def write_tun(self, packet: bytes, info: PacketInfo | None = None) -> bool:
         """Write to the TUN (super-packets segmented if it has no offload); drops counted."""
-        ok = (
-            self.tun.write(packet)
-            if info is None
-            else write_packet(self.tun, packet, info, self.mtu)
-        )
+        if info is None or info.length <= self.mtu:  # the common case: as it is
+            ok = self.tun.write(packet)
+        else:
+            ok = write_packet(self.tun, packet, info, self.mtu)
         if not ok:
             self.metrics.drop(DropReason.TUN_WRITE_FAILED)
         return ok

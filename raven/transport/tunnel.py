@@ -225,7 +225,7 @@ class Tunnel(CopyingReader, TunnelEvents):
         TUN read batch it waits for the batch's end (see send_burst); else it goes with the
         flush that is due."""
         transport = self.transport
-        if not (transport is None or self._write_paused or self._flush_due() or SEND_BURST.active):
+        if not (transport is None or self._write_paused or self._flush_due() or SEND_BURST.depth):
             wire = self.conn.seal_lone_datagram(data, _now())
             if wire is not None:
                 transport.write(wire)

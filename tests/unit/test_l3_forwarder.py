@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -162,6 +163,7 @@ def test_memory_tun_contract() -> None:
 class FakeTunnel:
     def __init__(self) -> None:
         self.sent: list[bytes] = []
+        self.on_datagram: Callable[[bytes], None] | None = None
 
     def send_datagram(self, data: bytes) -> bool:
         self.sent.append(data)
@@ -190,6 +192,10 @@ async def test_agent_setup_follows_tunnels_of_links() -> None:
     tun.inject(udp_packet(EDGE, CLOUD, 1, 2, b"2"))
     assert len(replica_a.sent) == 1 and len(replica_b.sent) == 1
     l3.packet_from_gateway(udp_packet(CLOUD, EDGE, 2, 1, b"down"))
+    assert len(tun.take_written()) == 1
+    # each tunnel hands its packets straight to the forwarder (no hop through the app)
+    assert replica_b.on_datagram == l3.forwarder.packet_from_gateway
+    replica_b.on_datagram(udp_packet(CLOUD, EDGE, 2, 1, b"down"))
     assert len(tun.take_written()) == 1
     await l3.stop()
     assert tun.closed and l3.forwarder.paths == ()
