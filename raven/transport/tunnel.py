@@ -225,7 +225,8 @@ class Tunnel(CopyingReader, TunnelEvents):
         TUN read batch it waits for the batch's end (see send_burst); else it goes with the
         flush that is due."""
         transport = self.transport
-        if not (transport is None or self._write_paused or self._flush_due() or SEND_BURST.depth):
+        busy = self._flush_scheduled or self._receiving or self._in_flush or self._in_events
+        if not (busy or transport is None or self._write_paused or SEND_BURST.depth):
             wire = self.conn.seal_lone_datagram(data, _now())
             if wire is not None:
                 transport.write(wire)
@@ -336,7 +337,8 @@ class Tunnel(CopyingReader, TunnelEvents):
         self._arm_timer()
 
     def _flush_due(self) -> bool:
-        """A flush is scheduled, running or follows the receive or events: sends join it."""
+        """A flush is scheduled, running or follows the receive or events: sends join it.
+        (send_datagram's lane check reads the same four flags inline: a call less a packet.)"""
         return self._flush_scheduled or self._receiving or self._in_flush or self._in_events
 
     def _flush(self) -> None:
