@@ -224,6 +224,8 @@ class Tunnel(CopyingReader, TunnelEvents):
         it is sealed and written at once, alone (the connection's datagram lane); inside a
         TUN read batch it waits for the batch's end (see send_burst); else it goes with the
         flush that is due."""
+        if self.closed.done():
+            return False
         transport = self.transport
         busy = self._flush_scheduled or self._receiving or self._in_flush or self._in_events
         if not (busy or transport is None or self._write_paused or SEND_BURST.depth):
@@ -231,8 +233,6 @@ class Tunnel(CopyingReader, TunnelEvents):
             if wire is not None:
                 transport.write(wire)
                 return True
-        if self.closed.done():
-            return False
         if not self.conn.send_datagram(data):
             return False
         if self._flush_due():
