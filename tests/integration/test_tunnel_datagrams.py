@@ -99,3 +99,46 @@ async def test_without_on_datagram_packets_are_events(pair: Pair) -> None:
     pair.agent.send_datagram(b"\x45event")
     await wait_for(lambda: DatagramReceived(b"\x45event") in pair.gateway_events)
     assert pair.gateway_got == []
+
+
+async def test_a_closed_tunnel_drops_datagrams_without_trying_the_lane(pair: Pair) -> None:
+    agent = pair.agent
+    agent.close()
+    assert agent.send_datagram(b"\x45late") is False
+    assert agent.conn.stats.datagrams_sent == 0
+
+
+async def _lane_both_ways() -> tuple[list[bytes], list[bytes], list[int]]:
+    p = Pair()
+    await p.start()
+    try:
+        records = [records_sent(p.agent)]
+        for i in range(3):  # lone packets: the lane both ways, one read each
+            assert p.agent.send_datagram(b"\x45up" + bytes([i]))
+            await wait_for(lambda i=i: len(p.gateway_got) == i + 1)
+            assert p.gateway.send_datagram(b"\x45down" + bytes([i]))
+            await wait_for(lambda i=i: len(p.agent_got) == i + 1)
+        records.append(records_sent(p.agent))
+        with SEND_BURST:  # and a batch on the same tunnel: one record at its end
+            for i in range(10):
+                p.agent.send_datagram(b"\x45batch" + bytes([i]))
+        records.append(records_sent(p.agent))
+        await wait_for(lambda: len(p.gateway_got) == 13)
+        return p.gateway_got, p.agent_got, records
+    finally:
+        await p.close()
+
+
+def test_the_lane_on_uvloop_where_tunnels_read_the_plain_way() -> None:
+    """The gateway (and an L3 agent) run on uvloop, where the tunnel is read through
+    data_received (raven.transport.read_buffer): the same packets, in order, a record each
+    for lone packets and one for a batch."""
+    import uvloop
+
+    up, down, records = uvloop.run(_lane_both_ways())
+    assert up == [b"\x45up" + bytes([i]) for i in range(3)] + [
+        b"\x45batch" + bytes([i]) for i in range(10)
+    ]
+    assert down == [b"\x45down" + bytes([i]) for i in range(3)]
+    start, lone, batch = records
+    assert (lone - start, batch - lone) == (3, 1)
