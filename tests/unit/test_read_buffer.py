@@ -38,27 +38,8 @@ async def test_chunks_are_bytes_of_their_own_size() -> None:
 
 async def test_a_real_connection_delivers_every_byte_in_order() -> None:
     payload = bytes(range(256)) * 4096  # 1 MiB: several reads of the shared buffer
-    loop = asyncio.get_running_loop()
-    received: list[Collect] = []
-
-    def factory() -> Collect:
-        received.append(Collect())
-        return received[-1]
-
-    server = await loop.create_server(factory, "127.0.0.1", 0)
-    try:
-        port = server.sockets[0].getsockname()[1]
-        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(payload)
-        writer.write_eof()
-        await writer.drain()
-        (proto,) = received
-        await asyncio.wait_for(proto.eof, 10)
-        writer.close()
-        assert b"".join(proto.chunks) == payload
-    finally:
-        server.close()
-        await server.wait_closed()
+    proto = await _exchange(payload)
+    assert b"".join(proto.chunks) == payload
 
 
 class Spy(Collect):
