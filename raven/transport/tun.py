@@ -230,26 +230,23 @@ class LinuxTun:
             return b""
         if not self._vnet:
             return bytes(view[:size])
-        if size > VNET_HDR.size and not buffer[0] & VNET_F_NEEDS_CSUM:  # the common case
-            return bytes(view[VNET_HDR.size : size])
-        return self._from_vnet(view[:size])
+        # with offload: strip the virtio header, finishing a partial checksum first (in place)
+        if size <= VNET_HDR.size:
+            return b""
+        if buffer[0] & VNET_F_NEEDS_CSUM:
+            self._complete_checksum(view[:size])
+        return bytes(view[VNET_HDR.size : size])
 
     @staticmethod
-    def _from_vnet(data: memoryview) -> bytes:
-        """Strip the virtio header; finish partial checksums (in place) so every packet is
-        complete."""
-        if len(data) <= VNET_HDR.size:
-            return b""
-        flags, _, _, _, start, offset = VNET_HDR.unpack_from(data)
-        packet = data[VNET_HDR.size :]
-        if flags & VNET_F_NEEDS_CSUM:
-            complete_checksum(packet, start, offset, 17 if offset == 6 else 6)
-        return bytes(packet)
+    def _complete_checksum(data: memoryview) -> None:
+        """Finish the partial checksum the virtio header of ``data`` asks for, so that every
+        packet leaves the TUN complete."""
+        _, _, _, _, start, offset = VNET_HDR.unpack_from(data)
+        complete_checksum(data[VNET_HDR.size :], start, offset, 17 if offset == 6 else 6)
 
     def _vnet_header(self, packet: bytes) -> tuple[bytes, bytes]:
-        """(virtio header, packet): GSO for a TCP packet above the MTU, else a zero header."""
-        if not self._offload or len(packet) <= self._mtu:
-            return _PLAIN_HDR, packet
+        """(virtio header, packet) for a packet above the MTU on a device with offload: GSO
+        for a TCP packet, else a zero header."""
         try:
             info = parse_packet(packet)
         except MalformedPacket:
