@@ -12,7 +12,7 @@ and marginal (the second wave's RSS over its count: what one more agent costs, f
 Python's allocator keeps freed arenas, so the figure includes what the handshakes and the
 registration left behind, as an operator's RSS graph would.
 
-Usage: python bench/bench_gateway_memory.py [--agents 1000] [--agent-procs 2]
+Usage: python bench/bench_gateway_memory.py [--agents 1000] [--agent-procs 2] [--waves 2]
 Prints Markdown.
 """
 
@@ -57,10 +57,11 @@ def run(args: argparse.Namespace, tmp: Path, procs: Procs) -> None:
     idle = settled_rss_kib(pid, args.settle_s)  # after a heap trim too, like the readings below
     spec_path = str(tmp / "spec.json")
     admin = f"http://127.0.0.1:{spec['admin_port']}"
-    half = args.agents // 2
+    half = args.agents // 2 if args.waves == 2 else 0
     t0 = time.monotonic()
     readings = []
-    for first, last in ((0, half), (half, args.agents)):  # two waves: the slope between them
+    waves = ((0, half), (half, args.agents)) if half else ((0, args.agents),)
+    for first, last in waves:  # two waves: the slope between them; one: a gateway restart
         per = -(-(last - first) // args.agent_procs)
         for start in range(first, last, per):
             count = min(per, last - start)
@@ -77,17 +78,19 @@ def run(args: argparse.Namespace, tmp: Path, procs: Procs) -> None:
         readings.append(settled_rss_kib(pid, args.settle_s))
     connected = readings[-1]
     per_agent = (connected - idle) / args.agents
-    marginal = (readings[1] - readings[0]) / (args.agents - half)
-    print(f"### Gateway memory, {args.agents} agents x 1 node\n")
+    print(f"### Gateway memory, {args.agents} agents x 1 node, {args.waves} wave(s)\n")
     print("| measure | value |\n|---|---|")
     print(f"| gateway RSS, keys configured, no tunnel | {idle / 1024:.1f} MiB |")
-    print(f"| gateway RSS, {half} tunnels up and registered | {readings[0] / 1024:.1f} MiB |")
+    if half:
+        print(f"| gateway RSS, {half} tunnels up and registered | {readings[0] / 1024:.1f} MiB |")
     print(f"| gateway RSS, {args.agents} tunnels up and registered | {connected / 1024:.1f} MiB |")
     print(f"| **per connected agent**, from idle ((all - idle) / {args.agents}) | "
           f"**{per_agent:.1f} KiB** (goal <= 16 KiB) |")  # fmt: skip
-    print(f"| **per connected agent**, marginal (second {args.agents - half} / their count) | "
-          f"**{marginal:.1f} KiB** |")  # fmt: skip
-    print(f"| all agents registered after | {up_s:.1f} s (both waves) |")
+    if half:
+        marginal = (readings[1] - readings[0]) / (args.agents - half)
+        print(f"| **per connected agent**, marginal (second {args.agents - half} / their count) | "
+              f"**{marginal:.1f} KiB** |")  # fmt: skip
+    print(f"| all agents registered after | {up_s:.1f} s ({args.waves} wave(s)) |")
     print(f"| gateway /metrics size with every tunnel | {metrics_bytes / 1024:.0f} KiB |")
     print(f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end.")
 
@@ -96,6 +99,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--agents", type=int, default=1000)
     ap.add_argument("--agent-procs", type=int, default=2)
+    ap.add_argument(
+        "--waves",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="2: half the agents, then the rest (from idle and marginal); 1: all at once, as "
+        "after a gateway restart",
+    )
     ap.add_argument(
         "--settle-s",
         type=float,
