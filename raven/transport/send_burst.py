@@ -30,10 +30,6 @@ class SendBurst:
         self.depth = 0
         self._pending: list[Callable[[], None]] = []
 
-    @property
-    def active(self) -> bool:
-        return self.depth > 0
-
     def defer(self, flush: Callable[[], None]) -> bool:
         """Run ``flush`` at the end of the running batch; False (not taken) outside one.
         The caller defers once per batch (it remembers that a flush is coming)."""
