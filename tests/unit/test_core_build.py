@@ -1,14 +1,18 @@
 """Which build of the sans-IO core the tests run: pure Python unless RAVEN_EXPECT_COMPILED=1.
 
-scripts/test runs the pure-Python core (a compiled build left in place fails here, so the
-test command never tests the compiled core by accident); scripts/test-compiled builds it with
-mypyc (scripts/build-compiled), sets RAVEN_EXPECT_COMPILED=1 and runs the same tests on it.
+scripts/test runs every test on the pure-Python core (a compiled build left in place fails
+here, so the pure run never tests the compiled core by accident), then scripts/test-compiled
+builds it with mypyc (scripts/build-compiled), sets RAVEN_EXPECT_COMPILED=1 and runs the unit
+and loopback tests again on it.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +40,16 @@ def test_core_module_build_is_the_expected_one(name: str) -> None:
 @pytest.mark.parametrize("name", PURE)
 def test_dataclass_modules_stay_pure(name: str) -> None:
     assert not _is_extension(name)
+
+
+def test_core_imports_from_any_directory(tmp_path: Path) -> None:
+    """A process started elsewhere (``raven`` from a shell's own directory, a test's child
+    process) loads the same build: the compiled modules' shared runtime lives inside the
+    package, not at the top of the checkout."""
+    probe = "import raven.protocol.mux as m, raven.keys; print(m.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    expected = os.environ.get("RAVEN_EXPECT_COMPILED") == "1"
+    assert out.stdout.strip().endswith(".so") == expected, out.stdout
