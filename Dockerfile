@@ -2,16 +2,26 @@
 # One image for every Raven process: `raven gateway`, `raven agent`, `raven coredns-hosts`,
 # `raven gpu-exporter`, `raven keygen`. Build: docker build -t raven:dev .
 #
-# Stage 1 builds a wheel-installed virtual environment; stage 2 copies only that venv into a
-# slim runtime image that runs as an unprivileged user (uid/gid 10001).
+# Stage 1 builds a wheel-installed virtual environment (the core compiled with mypyc unless
+# --build-arg RAVEN_COMPILE=0); stage 2 copies only that venv into a slim runtime image that
+# runs as an unprivileged user (uid/gid 10001).
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# 1 (the default): the sans-IO core compiled with mypyc (setup.py; the .py files ship beside it
+# as the fallback); 0: pure Python. The compiler stays in this stage.
+ARG RAVEN_COMPILE=1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 RAVEN_COMPILE=${RAVEN_COMPILE}
+RUN if [ "$RAVEN_COMPILE" = 1 ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends gcc libc6-dev \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 RUN python -m venv /opt/raven
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
+COPY scripts/raven_build.py scripts/
 COPY raven/ raven/
 COPY cloud_gateway/ cloud_gateway/
 COPY edge_agent/ edge_agent/

@@ -1,0 +1,61 @@
+"""setuptools' entry for the parts pyproject.toml cannot say: the optional compiled core.
+
+``RAVEN_COMPILE=1 pip install .`` (or ``python -m build``) compiles the sans-IO core
+(``raven/protocol``) with mypyc into the wheel; the ``.py`` files ship beside the extension
+modules as the pure-Python fallback. Without it the build is pure Python. ``scripts/raven_build.py``
+adds mypy to the isolated build's requirements when asked; ``scripts/build-compiled`` compiles
+the same modules in place for development.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+
+#: Stay pure: frozen dataclasses with ClassVar fields (frames, events), which mypyc cannot
+#: compile as written; limits (mypyc would turn its int defaults of float fields into floats,
+#: which the configuration reference shows); the package's __init__.
+PURE = frozenset({"__init__.py", "frames.py", "events.py", "limits.py"})
+
+
+#: the checkout (setuptools and scripts/build-compiled run this file from it)
+ROOT = Path(__file__).resolve().parent
+
+
+def core_modules() -> list[str]:
+    """The modules of raven/protocol mypyc compiles, as paths relative to the checkout."""
+    return sorted(
+        f"raven/protocol/{p.name}"
+        for p in (ROOT / "raven" / "protocol").glob("*.py")
+        if p.name not in PURE
+    )
+
+
+#: setup.py commands that build the extension modules (the others, sdist and the metadata and
+#: requirement queries, run where mypyc is not installed)
+BUILDS = frozenset({"bdist_wheel", "build", "build_ext", "install", "develop", "editable_wheel"})
+
+
+def compiled_core() -> list[Any]:
+    if os.environ.get("RAVEN_COMPILE") != "1":
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        if BUILDS & set(sys.argv[1:]):
+            raise SystemExit(
+                "RAVEN_COMPILE=1 needs mypyc (pip install mypy) where the wheel is built"
+            ) from None
+        return []
+
+    # group_name keeps the runtime the modules share inside the package
+    # (raven/protocol/_core__mypyc), importable wherever raven is
+    return mypycify(core_modules(), group_name="raven.protocol._core", opt_level="3")
+
+
+if __name__ == "__main__":
+    setup(ext_modules=compiled_core())
