@@ -1,10 +1,10 @@
 """setuptools' entry for the parts pyproject.toml cannot say: the optional compiled core.
 
 ``RAVEN_COMPILE=1 pip install .`` (or ``python -m build``) compiles the sans-IO core
-(``raven/protocol``) with mypyc into the wheel; the ``.py`` files ship beside the extension
-modules as the pure-Python fallback. Without it the build is pure Python. ``scripts/raven_build.py``
-adds mypy to the isolated build's requirements when asked; ``scripts/build-compiled`` compiles
-the same modules in place for development.
+(``raven/protocol`` and ``raven/l3``) with mypyc into the wheel; the ``.py`` files ship beside
+the extension modules as the pure-Python fallback. Without it the build is pure Python.
+``scripts/raven_build.py`` adds mypy to the isolated build's requirements when asked;
+``scripts/build-compiled`` compiles the same modules in place for development.
 """
 
 from __future__ import annotations
@@ -16,22 +16,27 @@ from typing import Any
 
 from setuptools import setup
 
+#: The sans-IO packages compiled: the tunnel protocol and the L3 packet path (no I/O in either).
+PACKAGES = ("raven/protocol", "raven/l3")
+
 #: Stay pure: frozen dataclasses with ClassVar fields (frames, events), which mypyc cannot
 #: compile as written; limits (mypyc would turn its int defaults of float fields into floats,
-#: which the configuration reference shows); the package's __init__.
-PURE = frozenset({"__init__.py", "frames.py", "events.py", "limits.py"})
-
+#: which the configuration reference shows); every package's __init__.
+PURE = frozenset(
+    {"raven/protocol/frames.py", "raven/protocol/events.py", "raven/protocol/limits.py"}
+)
 
 #: the checkout (setuptools and scripts/build-compiled run this file from it)
 ROOT = Path(__file__).resolve().parent
 
 
 def core_modules() -> list[str]:
-    """The modules of raven/protocol mypyc compiles, as paths relative to the checkout."""
+    """The modules mypyc compiles, as paths relative to the checkout."""
     return sorted(
-        f"raven/protocol/{p.name}"
-        for p in (ROOT / "raven" / "protocol").glob("*.py")
-        if p.name not in PURE
+        f"{package}/{p.name}"
+        for package in PACKAGES
+        for p in (ROOT / package).glob("*.py")
+        if p.name != "__init__.py" and f"{package}/{p.name}" not in PURE
     )
 
 

@@ -28,8 +28,9 @@ __all__ = [
 ]
 
 #: mypyc ships with mypy (the core is checked with mypy >= 1.10, pyproject's test extra); it
-#: type-checks what it compiles, so the core's typed dependency comes too
-COMPILE_REQUIREMENTS = ["mypy>=1.10", "cryptography>=42"]
+#: type-checks what it compiles, so the typed dependencies the core imports come too
+#: (cryptography for the AEADs, prometheus-client for raven/l3's counters)
+COMPILE_REQUIREMENTS = ["mypy>=1.10", "cryptography>=42", "prometheus-client>=0.20"]
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, object] | None = None) -> list[str]:

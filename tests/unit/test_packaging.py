@@ -53,11 +53,12 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path: Path) -> None:
 
 
 #: Run from the unpacked compiled wheel: a Noise IK handshake and a transport message each way
-#: through its extension modules (and proof that they are the ones loaded).
+#: and an IPv4 packet parsed, through its extension modules (and proof that they are the ones
+#: loaded).
 _COMPILED_SMOKE = """
-import raven.protocol.mux as mux, raven.protocol.noise as noise
+import raven.protocol.mux as mux, raven.protocol.noise as noise, raven.l3.packet as packet
 from raven.protocol.noise_crypto import generate_keypair
-for module in (mux, noise):
+for module in (mux, noise, packet):
     assert module.__file__.endswith(".so"), module.__file__
 name = "Noise_IK_25519_ChaChaPoly_BLAKE2s"
 (i_priv, _), (r_priv, r_pub) = generate_keypair(), generate_keypair()
@@ -68,6 +69,9 @@ assert i.read_message(r.write_message(b"back")) == b"back"
 (i_send, i_recv), (r_recv, r_send) = i.split(), r.split()
 assert r_recv.decrypt_with_ad(b"", i_send.encrypt_with_ad(b"", b"up")) == b"up"
 assert i_recv.decrypt_with_ad(b"", r_send.encrypt_with_ad(b"", b"down")) == b"down"
+udp = bytes([0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]) + bytes(8)
+info = packet.parse_packet(udp)
+assert (info.version, info.protocol, info.length, info.dst) == (4, 17, 28, 0x0A000002), info
 print("compiled core ok")
 """
 
@@ -88,12 +92,13 @@ def test_wheel_with_the_compiled_core(tmp_path: Path) -> None:
         names = set(archive.namelist())
         archive.extractall(tmp_path / "site")
     extensions = {n.split("/")[-1].split(".")[0] for n in names if n.endswith(".so")}
-    sources = {n.split("/")[-1][:-3] for n in names if n.startswith("raven/protocol/")
-               and n.endswith(".py")}  # fmt: skip
-    assert {"mux", "connection", "records", "noise", "_core__mypyc"} <= extensions
+    sources = {n.split("/")[-1][:-3] for n in names
+               if n.startswith(("raven/protocol/", "raven/l3/")) and n.endswith(".py")}  # fmt: skip
+    core = {"mux", "connection", "records", "noise", "packet", "prefixes", "_core__mypyc"}
+    assert core <= extensions
     assert not {"frames", "events", "limits"} & extensions  # stay pure (setup.py)
     assert extensions - {"_core__mypyc"} <= sources  # every compiled module keeps its .py
-    assert all(n.startswith("raven/protocol/") for n in names if n.endswith(".so"))
+    assert all(n.startswith(("raven/protocol/", "raven/l3/")) for n in names if n.endswith(".so"))
     smoke = subprocess.run(
         [sys.executable, "-c", _COMPILED_SMOKE], cwd=tmp_path, capture_output=True, text=True,
         timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
