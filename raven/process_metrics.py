@@ -20,22 +20,26 @@ from raven.promclient import (
     disable_created_metrics,
     enable_created_metrics,
 )
-from raven.version import python_implementation, python_version, version
+from raven.version import core_build, python_implementation, python_version, version
 
 #: Set to true to expose the ``_created`` series of counters and histograms.
 CREATED_SERIES_ENV = "RAVEN_CREATED_SERIES"
 
 
 class BuildInfoCollector(Collector):
-    """``raven_build_info{version, python_version} 1``, as Prometheus's own build_info."""
+    """``raven_build_info{version, python_version, core} 1``, as Prometheus's own build_info
+    (``core``: ``compiled`` or ``pure``, the build of the sans-IO core)."""
+
+    def __init__(self) -> None:
+        self._labels = [version(), python_version(), core_build()]  # fixed for the process
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "raven_build_info",
-            "Raven's version and the Python it runs on; always 1.",
-            labels=["version", "python_version"],
+            "Raven's version, the Python it runs on and its core's build; always 1.",
+            labels=["version", "python_version", "core"],
         )
-        family.add_metric([version(), python_version()], 1)
+        family.add_metric(self._labels, 1)
         yield family
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 
 #: The version of this tree (a release bumps it; the package metadata reads it).
 __version__ = "0.1.0"
@@ -35,10 +36,20 @@ def python_implementation() -> str:
     return {"cpython": "CPython", "pypy": "PyPy"}.get(name, name)
 
 
+def core_build() -> str:
+    """``compiled`` when the sans-IO core runs as mypyc extension modules (``RAVEN_COMPILE=1``
+    installs, ``scripts/build-compiled``), else ``pure``. Read off the files (Python's finder
+    takes an extension module for this interpreter before the ``.py`` beside it), so asking
+    imports nothing."""
+    mux = os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol", "mux")
+    compiled = any(os.path.exists(mux + suffix) for suffix in EXTENSION_SUFFIXES)
+    return "compiled" if compiled else "pure"
+
+
 def version_line() -> str:
     """What ``raven --version`` prints."""
     uname = os.uname()
     return (
         f"raven {version()} ({DISTRIBUTION}; Python {python_version()}, "
-        f"{uname.sysname.lower()}/{uname.machine})"
+        f"{uname.sysname.lower()}/{uname.machine}, core {core_build()})"
     )
