@@ -42,12 +42,18 @@ def core_modules() -> list[str]:
 
 #: setup.py commands that build the extension modules (the others, sdist and the metadata and
 #: requirement queries, run where mypyc is not installed)
-BUILDS = frozenset({"bdist_wheel", "build", "build_ext", "install", "develop", "editable_wheel"})
+BUILDS = frozenset({"bdist_wheel", "build", "build_ext", "install"})
+#: editable installs: the checkout's own .py files run; scripts/build-compiled compiles them
+EDITABLE = frozenset({"develop", "editable_wheel"})
 
 
 def compiled_core() -> list[Any]:
     if os.environ.get("RAVEN_COMPILE") != "1":
         return []
+    if EDITABLE & set(sys.argv[1:]):
+        raise SystemExit(
+            "RAVEN_COMPILE=1 builds wheels; in an editable checkout run scripts/build-compiled"
+        )
     try:
         from mypyc.build import mypycify
     except ImportError:
