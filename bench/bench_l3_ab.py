@@ -36,6 +36,7 @@ import bench_l3  # noqa: E402
 
 import tests.e2e.test_l3_netns as l3  # noqa: E402
 from tests.e2e.netns import Lab, Proc, missing_prerequisites  # noqa: E402
+from tests.helpers import python_env  # noqa: E402
 
 #: What a copy of the checkout needs to run and to compile (no .git, no caches, no builds).
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.so", ".mypy_cache", "build")
@@ -53,14 +54,10 @@ def compiled_copy(workdir: Path) -> Path:
 def core_build(tree: Path) -> str:
     out = subprocess.run(
         [sys.executable, "-c", "from raven.version import core_build; print(core_build())"],
-        cwd=tree, env={**l3.ENV, "PYTHONPATH": python_path(tree)}, capture_output=True,
-        text=True, check=True,
+        cwd=tree, env={**l3.ENV, **python_env(tree)}, capture_output=True, text=True,
+        check=True,
     )  # fmt: skip
     return out.stdout.strip()
-
-
-def python_path(tree: Path) -> str:
-    return f"{tree}:{tree / 'coredns-hosts'}"
 
 
 def main() -> int:
@@ -92,7 +89,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         for phase in range(args.phases):
             key = "AB"[phase % 2]
             print(f"phase {phase + 1}/{args.phases}: {key}", file=sys.stderr)
-            l3.ENV["PYTHONPATH"] = python_path(trees[key])  # the processes import this tree
+            l3.ENV.update(python_env(trees[key]))  # the processes import this tree
             t = l3.L3Lab(lab, topo.cloud, topo.gw, topo.agent, topo.edge, "raven")
             t.start()
             if not wireguard:

@@ -34,10 +34,10 @@ from raven.config.loader import from_dict
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def python_env() -> dict[str, str]:
-    """PYTHONPATH for a child Python process importing the repository's packages (the hosts
-    generator lives in coredns-hosts/)."""
-    return {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'coredns-hosts'}"}
+def python_env(root: Path = REPO_ROOT) -> dict[str, str]:
+    """PYTHONPATH for a child Python process importing the packages of the checkout at
+    ``root`` (this one by default; the hosts generator lives in coredns-hosts/)."""
+    return {"PYTHONPATH": f"{root}:{root / 'coredns-hosts'}"}
 
 
 def free_port(host: str = "127.0.0.1", *, udp_too: bool = False) -> int:
