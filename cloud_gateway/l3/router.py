@@ -24,7 +24,15 @@ from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry
 
-from raven.l3 import DropReason, IPNetwork, PacketInfo, PrefixTable, build_unreachable
+from raven.l3 import (
+    DropReason,
+    IPNetwork,
+    MalformedPacket,
+    PacketInfo,
+    PrefixTable,
+    build_unreachable,
+    parse_packet,
+)
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
 from raven.transport.netconfig import NetConfig
 from raven.transport.tun import TunDevice
@@ -98,15 +106,17 @@ class AgentPort:
     def packet_from_agent(self, packet: bytes) -> None:
         """A packet the agent sent through the tunnel: check its source, write it to TUN."""
         path = self._router.path
-        info = path.parse(packet)
-        if info is None:
+        try:
+            info = parse_packet(packet)
+        except MalformedPacket:
+            path.malformed()
             return
         if self._accepted.lookup(info.version, info.src) is None:
             path.metrics.drop(DropReason.SPOOFED_SOURCE)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("l3 spoofed source agent=%s src=%s", self.agent, info.src_address)
             return
-        if path.to_tun(packet, info):
+        if path.write_tun(packet, info):
             self._rx.count(len(packet))
 
     def send(self, packet: bytes) -> bool:
@@ -210,8 +220,10 @@ class L3Router:
         return self.path.write_tun(packet, info)
 
     def _from_tun(self, packet: bytes) -> None:
-        info = self.path.parse(packet)
-        if info is None:
+        try:
+            info = parse_packet(packet)
+        except MalformedPacket:
+            self.path.malformed()
             return
         ports = self._routes.lookup(info.version, info.dst)
         if not ports:

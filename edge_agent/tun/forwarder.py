@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from raven.l3 import DropReason, IPNetwork, PrefixTable
+from raven.l3 import DropReason, IPNetwork, MalformedPacket, PrefixTable, parse_packet
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
 from raven.promclient import CollectorRegistry
 from raven.transport.tun import TunDevice
@@ -111,20 +111,24 @@ class TunForwarder:
 
     def packet_from_gateway(self, packet: bytes) -> None:
         """A packet from any gateway replica: written to TUN if addressed to this site."""
-        info = self.path.parse(packet)
-        if info is None:
+        try:
+            info = parse_packet(packet)
+        except MalformedPacket:
+            self.path.malformed()
             return
         if self._subnets.lookup(info.version, info.dst) is None:
             self.metrics.drop(DropReason.NOT_LOCAL_DESTINATION)
             return
-        if self.path.to_tun(packet, info):
+        if self.path.write_tun(packet, info):
             self._rx.count(len(packet))
 
     # -- TUN -> gateway ------------------------------------------------------------
 
     def _from_tun(self, packet: bytes) -> None:
-        info = self.path.parse(packet)
-        if info is None:
+        try:
+            info = parse_packet(packet)
+        except MalformedPacket:
+            self.path.malformed()
             return
         if self._subnets.lookup(info.version, info.src) is None:
             self.metrics.drop(DropReason.SOURCE_NOT_LOCAL)

@@ -10,7 +10,7 @@ from raven.l3.drops import DropReason
 from raven.l3.icmp import IcmpRateLimiter, build_too_big, build_unreachable
 from raven.l3.mss import clamp_mss, mss_for_mtu
 from raven.l3.mtu import MtuVerdict, fit_mtu, fragment_ipv4
-from raven.l3.packet import MalformedPacket, PacketInfo, is_tcp_syn, parse_packet
+from raven.l3.packet import MalformedPacket, PacketInfo, parse_packet
 from raven.l3.prefixes import IPAddress, IPNetwork, PrefixTable
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "clamp_mss",
     "fit_mtu",
     "fragment_ipv4",
-    "is_tcp_syn",
     "mss_for_mtu",
     "parse_packet",
 ]

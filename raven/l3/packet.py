@@ -76,6 +76,9 @@ class PacketInfo(NamedTuple):
     more_fragments: bool = False
     #: IPv4 DF bit; always True for IPv6 (routers never fragment IPv6).
     dont_fragment: bool = True
+    #: The first fragment (or whole packet) of a TCP segment with SYN set: its MSS is
+    #: clamped on the way through (decided here, once, for both sides' TUN paths).
+    tcp_syn: bool = False
 
     @property
     def src_address(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -103,7 +106,7 @@ def _address(version: int, value: int) -> ipaddress.IPv4Address | ipaddress.IPv6
 
 #: ``PacketInfo(*fields)`` without the namedtuple's ``__new__`` (a Python-level function):
 #: one C call per packet on the L3 path.
-_info = cast("Callable[[tuple[int, int, int, int, int, int, int, bool, bool]], PacketInfo]",
+_info = cast("Callable[[tuple[int, int, int, int, int, int, int, bool, bool, bool]], PacketInfo]",
              partial(tuple.__new__, PacketInfo))  # fmt: skip
 
 
@@ -129,7 +132,8 @@ def parse_packet(data: bytes | bytearray | memoryview) -> PacketInfo:
     if ihl > total:
         raise MalformedPacket(f"IPv4 header length {ihl} beyond total length {total}")
     offset, more, dont = (flags & _V4_OFFSET_MASK) * 8, flags & _V4_FLAG_MF, flags & _V4_FLAG_DF
-    return _info((IPV4, src, dst, total, protocol, ihl, offset, bool(more), bool(dont)))
+    syn = protocol == PROTO_TCP and not offset and ihl + 13 < total and data[ihl + 13] & 0x02
+    return _info((IPV4, src, dst, total, protocol, ihl, offset, bool(more), bool(dont), bool(syn)))
 
 
 def _parse_ipv6(data: bytes | bytearray | memoryview) -> PacketInfo:
@@ -169,12 +173,7 @@ def _parse_ipv6(data: bytes | bytearray | memoryview) -> PacketInfo:
     else:
         raise MalformedPacket("too many IPv6 extension headers")
     src, dst = (src_hi << 64) | src_lo, (dst_hi << 64) | dst_lo
-    return _info((IPV6, src, dst, size, protocol, offset, fragment_offset, more_fragments, True))
-
-
-def is_tcp_syn(data: bytes | bytearray | memoryview, info: PacketInfo) -> bool:
-    """True for the first fragment (or whole packet) of a TCP segment with SYN set."""
-    if info.protocol != PROTO_TCP or info.fragment_offset:
-        return False
-    flags_at = info.l4_offset + 13
-    return flags_at < info.length and bool(data[flags_at] & 0x02)
+    syn = protocol == PROTO_TCP and not fragment_offset and offset + 13 < size
+    syn = syn and bool(data[offset + 13] & 0x02)
+    fields = (IPV6, src, dst, size, protocol, offset, fragment_offset, more_fragments, True, syn)
+    return _info(fields)

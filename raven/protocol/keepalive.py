@@ -21,7 +21,8 @@ class Keepalive:
     def __init__(self, limits: Limits, now: float) -> None:
         self._interval_s = limits.keepalive_interval_s
         self.dead_after_s = limits.dead_peer_timeout_s
-        self._last_received = now
+        #: when the peer was last heard from (a record received): the receive path sets it
+        self.last_received = now
         self._next_ping = now + self._interval_s
         self._pings: dict[bytes, float] = {}
         self._counter = 0
@@ -30,18 +31,15 @@ class Keepalive:
 
     def start(self, now: float) -> None:
         """The tunnel opened: silence and the PING interval count from ``now``."""
-        self._last_received = now
+        self.last_received = now
         self._next_ping = now + self._interval_s
-
-    def heard(self, now: float) -> None:
-        self._last_received = now
 
     def deadline(self) -> float:
         """When :meth:`dead` or :meth:`ping_due` may next turn true."""
-        return min(self._next_ping, self._last_received + self.dead_after_s)
+        return min(self._next_ping, self.last_received + self.dead_after_s)
 
     def dead(self, now: float) -> bool:
-        return now >= self._last_received + self.dead_after_s
+        return now >= self.last_received + self.dead_after_s
 
     def ping_due(self, now: float) -> bool:
         return now >= self._next_ping

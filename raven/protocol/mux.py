@@ -101,6 +101,8 @@ class Multiplexer:
         self.datagrams = DatagramInbox(self._events, self.stats, limits.max_datagram_bytes)
         #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
         self._state = TunnelState.HANDSHAKING
+        #: the tunnel is CLOSED (kept beside the state: read on every receive and send)
+        self.closed = False
         self._drain_deadline: float | None = None
         self._keepalive = Keepalive(limits, now)
         self._registration = RegistrationAssembler(
@@ -116,17 +118,14 @@ class Multiplexer:
         return self._state
 
     @property
-    def closed(self) -> bool:
-        return self._state is TunnelState.CLOSED
-
-    @property
     def draining(self) -> bool:
         """GOAWAY was sent or received: no new streams either way."""
         return self._state in DRAINING_STATES
 
     def _move(self, event: TunnelInput) -> TunnelState:
-        self._state = next_tunnel_state(self._state, event)
-        return self._state
+        state = self._state = next_tunnel_state(self._state, event)
+        self.closed = state is TunnelState.CLOSED
+        return state
 
     @property
     def rtt_s(self) -> float | None:
@@ -276,7 +275,7 @@ class Multiplexer:
         packet = lone_datagram(payload)
         if packet is None:
             return False
-        self._keepalive.heard(now)
+        self._keepalive.last_received = now
         self.datagrams.receive_all([packet])
         return True
 
@@ -397,7 +396,7 @@ class Multiplexer:
         if self.closed:
             return
         self._move(TunnelInput.RECV_FRAMES)
-        self._keepalive.heard(now)
+        self._keepalive.last_received = now
         packets = split_datagrams(payload)  # the L3 fast path (DATAGRAM frames only)
         if packets is not None:
             return self.datagrams.receive_all(packets)

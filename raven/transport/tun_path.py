@@ -8,8 +8,12 @@ rest is this one path:
   offload goes whole (split only when larger than a datagram may be); IPv4 without DF is
   fragmented; anything else is dropped and answered with ICMP "too big" into the TUN (rate
   limited). SYNs get their MSS clamped to the tunnel MTU.
-- tunnel -> TUN (`TunPath.to_tun`): SYNs clamped, the packet written (software-segmented for
-  a device without offload); a refused write is a counted drop. Nothing here ever blocks.
+- tunnel -> TUN (`TunPath.write_tun`): SYNs clamped, the packet written (software-segmented
+  for a device without offload); a refused write is a counted drop. Nothing here ever blocks.
+
+Both sides parse each packet themselves (``parse_packet``; a ``MalformedPacket`` is the
+``malformed`` drop, :meth:`TunPath.malformed`) and call straight into this path: on a packet's
+way every call is paid cold (the process wakes for it), so the path is as flat as it can be.
 """
 
 from __future__ import annotations
@@ -20,13 +24,10 @@ from collections.abc import Callable
 from raven.l3 import (
     DropReason,
     IcmpRateLimiter,
-    MalformedPacket,
     PacketInfo,
     clamp_mss,
     fit_mtu,
-    is_tcp_syn,
     mss_for_mtu,
-    parse_packet,
 )
 from raven.l3.gso import MAX_SUPER_PACKET_BYTES, is_gso_candidate, split_super_packet
 from raven.l3.metrics import L3Metrics
@@ -60,13 +61,9 @@ class TunPath:
         self._icmp_limit = IcmpRateLimiter(icmp_rate_per_s, icmp_burst)
         self._clock = clock
 
-    def parse(self, packet: bytes) -> PacketInfo | None:
-        """The packet's header facts, or None (a counted ``malformed`` drop)."""
-        try:
-            return parse_packet(packet)
-        except MalformedPacket:
-            self.metrics.drop(DropReason.MALFORMED)
-            return None
+    def malformed(self) -> None:
+        """Count a packet ``parse_packet`` refused (the ``malformed`` drop)."""
+        self.metrics.drop(DropReason.MALFORMED)
 
     def to_tunnel(self, packet: bytes, info: PacketInfo, send: SendPacket) -> None:
         """A packet read from the TUN and accepted by the side: fit it and ``send`` it."""
@@ -76,18 +73,16 @@ class TunPath:
             else:
                 self._too_big(packet, info, send)
             return
-        if is_tcp_syn(packet, info):
+        if info.tcp_syn:
             packet = clamp_mss(packet, info, mss_for_mtu(info.version, self.mtu))
         send(packet)
 
-    def to_tun(self, packet: bytes, info: PacketInfo) -> bool:
-        """A packet from a tunnel, accepted by the side: clamp and write it; False if dropped."""
-        if is_tcp_syn(packet, info):
-            packet = clamp_mss(packet, info, mss_for_mtu(info.version, self.mtu))
-        return self.write_tun(packet, info)
-
     def write_tun(self, packet: bytes, info: PacketInfo | None = None) -> bool:
-        """Write to the TUN (super-packets segmented if it has no offload); drops counted."""
+        """Write to the TUN a packet from a tunnel (``info``: its parse, the side accepted
+        it; SYNs clamped, super-packets segmented if the device has no offload) or one of
+        our own ICMP answers (no ``info``); False when dropped (counted)."""
+        if info is not None and info.tcp_syn:
+            packet = clamp_mss(packet, info, mss_for_mtu(info.version, self.mtu))
         if info is None or info.length <= self.mtu:  # the common case: as it is
             ok = self.tun.write(packet)
         else:

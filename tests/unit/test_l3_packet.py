@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raven.l3 import MalformedPacket, is_tcp_syn, parse_packet
+from raven.l3 import MalformedPacket, PacketInfo, parse_packet
 from raven.l3.build import TCP_SYN, icmp_echo, ip_packet, tcp_packet, udp_packet
 from raven.l3.checksum import internet_checksum, ones_sum, pseudo_header_sum
 from raven.l3.packet import PROTO_ICMPV6, PROTO_TCP, PROTO_UDP
@@ -45,7 +45,7 @@ def test_ipv6_tcp_fields_through_extension_headers() -> None:
     info = parse_packet(pkt)
     assert (info.version, info.protocol, info.l4_offset) == (6, PROTO_TCP, 48)
     assert info.src_address == A6 and info.dst_address == B6
-    assert is_tcp_syn(pkt, info)
+    assert info.tcp_syn
 
 
 def test_ipv6_non_first_fragment() -> None:
@@ -104,6 +104,15 @@ def test_every_truncation_is_refused(pkt: bytes) -> None:
     assert parse_packet(pkt).length == len(pkt)
 
 
+def tcp_syn_reference(data: bytes, info: PacketInfo) -> bool:
+    """What ``tcp_syn`` means, read from the bytes: the first fragment (or whole packet) of
+    a TCP segment whose flags byte is inside the packet and has SYN set."""
+    if info.protocol != PROTO_TCP or info.fragment_offset:
+        return False
+    flags_at = info.l4_offset + 13
+    return flags_at < info.length and bool(data[flags_at] & 0x02)
+
+
 @given(st.binary(max_size=200))
 def test_fuzz_any_bytes_parse_or_malformed(data: bytes) -> None:
     try:
@@ -112,7 +121,7 @@ def test_fuzz_any_bytes_parse_or_malformed(data: bytes) -> None:
         return
     assert info.length == len(data)
     assert info.l4_offset <= info.length
-    is_tcp_syn(data, info)
+    assert info.tcp_syn == tcp_syn_reference(data, info)
 
 
 @given(
@@ -159,3 +168,14 @@ def test_built_packets_have_valid_checksums() -> None:
     assert internet_checksum(udp_packet(A4, B4, 5, 6, b"")[:20]) == 0
     echo6 = icmp_echo(A6, B6, 7, 1)
     assert parse_packet(echo6).protocol == PROTO_ICMPV6
+
+
+@given(st.integers(0, 255), st.booleans(), st.integers(0, 3))
+def test_tcp_syn_is_the_syn_flag_of_a_first_fragment(flags: int, v6: bool, offset: int) -> None:
+    src, dst = (A6, B6) if v6 else (A4, B4)
+    pkt = bytearray(tcp_packet(src, dst, 40000, 9100, flags=flags))
+    if not v6 and offset:  # a later fragment of the segment: its bytes are no TCP header
+        pkt[6:8] = offset.to_bytes(2, "big")
+    info = parse_packet(pkt)
+    assert info.tcp_syn == (bool(flags & TCP_SYN) and not (offset and not v6))
+    assert info.tcp_syn == tcp_syn_reference(bytes(pkt), info)

@@ -515,7 +515,7 @@ def test_drain_timeout_resets_remaining_streams() -> None:
     pair.pump()
     assert pair.gateway.get_timer() == LIMITS.keepalive_interval_s
     now = 1.0 + LIMITS.drain_timeout_s
-    pair.gateway._keepalive.heard(now)  # pretend the peer stayed alive
+    pair.gateway._keepalive.last_received = now  # pretend the peer stayed alive
     pair.gateway.handle_timer(now)
     assert events(pair.gateway) == [StreamReset(sid, StreamCode.DRAINING, "drain timeout", False)]
     pair.pump()
