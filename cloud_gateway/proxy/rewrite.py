@@ -41,7 +41,7 @@ def request_head_for_target(req: RequestHead, target: Target, *, keep_alive: boo
     )
     line = f"{req.method} {target.path} HTTP/1.{req.version[1]}\r\n"
     parts = [line.encode("ascii"), b"Host: %s\r\n" % target.authority.encode("ascii")]
-    parts.extend(b"%s: %s\r\n" % (n, v) for n, v in req.headers if n.lower() not in drop)
+    parts += [b"%s: %s\r\n" % (n, v) for n, v in req.headers if n.lower() not in drop]
     parts.append(b"\r\n" if keep_alive else b"Connection: close\r\n\r\n")
     return b"".join(parts)
 
@@ -60,7 +60,7 @@ def response_head_for_client(
     if resp.body is BodyKind.CHUNKED:
         drop = drop | {b"content-length"}
     parts = [b"HTTP/1.1 %d %s\r\n" % (resp.status, resp.reason)]
-    parts.extend(b"%s: %s\r\n" % (n, v) for n, v in resp.headers if n.lower() not in drop)
+    parts += [b"%s: %s\r\n" % (n, v) for n, v in resp.headers if n.lower() not in drop]
     if rechunk:
         parts.append(b"Transfer-Encoding: chunked\r\n")
     if not keep_alive:

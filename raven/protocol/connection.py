@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
-from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.codes import CloseCode
 from raven.protocol.cookie import CookieJar, CookieResponder
 from raven.protocol.datagram_path import DatagramSink
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
@@ -42,6 +42,9 @@ UNCONFIRMED_REASON = "unconfirmed"
 class TunnelConnection:
     """One tunnel, either end. See docs/architecture.md for the contract."""
 
+    #: the next event, or None when there is none (the multiplexer's, bound in __init__)
+    next_event: Callable[[], Event | None]
+
     def __init__(
         self,
         *,
@@ -60,7 +63,8 @@ class TunnelConnection:
         peer_suites: Collection[Suite] | None = None,
     ) -> None:
         self._role = role
-        self._limits = limits
+        #: the budgets this connection enforces (raven.protocol.limits)
+        self.limits = limits
         self._now = now
         self._channel = SecureChannel(
             role=role,
@@ -77,17 +81,25 @@ class TunnelConnection:
             suites=suites,
             peer_suites=peer_suites,
         )
-        self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
+        mux = self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
+        # The calls that are the multiplexer's own are its bound methods, not forwarders: no
+        # extra Python call on every event and stream operation of the hot path.
+        self.next_event = mux.next_event
+        self.open_stream = mux.open_stream
+        self.accept_stream = mux.accept_stream
+        self.refuse_stream = mux.refuse_stream
+        self.send_capacity = mux.send_capacity
+        self.send_stream_data = mux.send_stream_data
+        self.end_stream = mux.end_stream
+        self.reset_stream = mux.reset_stream
+        self.consume_stream_data = mux.consume_stream_data
+        self.send_datagram = mux.send_datagram
 
     # ------------------------------------------------------------------ properties
 
     @property
     def role(self) -> Role:
         return self._role
-
-    @property
-    def limits(self) -> Limits:
-        return self._limits
 
     @property
     def handshake_complete(self) -> bool:
@@ -247,14 +259,11 @@ class TunnelConnection:
     @property
     def has_data_to_send(self) -> bool:
         """True when data_to_send would return something."""
-        if self._channel.bytes_to_send:
-            return True
         channel = self._channel
+        if channel.bytes_to_send:
+            return True
         sealing = channel.handshake_complete or (channel.has_keys and self._mux.closed)
         return sealing and self._mux.has_output
-
-    def next_event(self) -> Event | None:
-        return self._mux.next_event()
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` must be called next (None: no timer)."""
@@ -288,36 +297,7 @@ class TunnelConnection:
             self._channel.start_rehandshake(now)
         self._mux.handle_timer(now)
 
-    # ------------------------------------------------------------------ streams
-
-    def open_stream(self, node: str, port: int, data: bytes = b"") -> int:
-        return self._mux.open_stream(node, port, data)
-
-    def accept_stream(self, stream_id: int) -> None:
-        self._mux.accept_stream(stream_id)
-
-    def refuse_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
-        self._mux.refuse_stream(stream_id, code, reason)
-
-    def send_capacity(self, stream_id: int) -> int:
-        return self._mux.send_capacity(stream_id)
-
-    def send_stream_data(self, stream_id: int, data: bytes | bytearray | memoryview) -> None:
-        self._mux.send_stream_data(stream_id, data)
-
-    def end_stream(self, stream_id: int) -> None:
-        self._mux.end_stream(stream_id)
-
-    def reset_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
-        self._mux.reset_stream(stream_id, code, reason)
-
-    def consume_stream_data(self, stream_id: int, size: int) -> None:
-        self._mux.consume_stream_data(stream_id, size)
-
     # ------------------------------------------------------------------ datagrams, registration
-
-    def send_datagram(self, data: bytes) -> bool:
-        return self._mux.send_datagram(data)
 
     def seal_lone_datagram(self, data: bytes, now: float) -> bytes | None:
         """The datagram lane: when the tunnel is open and nothing waits to be sent, the wire

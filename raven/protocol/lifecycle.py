@@ -19,9 +19,8 @@ established, then drains (GOAWAY either way) and closes.
 from __future__ import annotations
 
 import enum
-from typing import TypeVar
 
-from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
 
 class TableEnum(enum.Enum):
@@ -145,27 +144,28 @@ for _state in _LIVE:
 #: Tunnel states in which no new stream may be opened either way.
 DRAINING_STATES = frozenset(_DRAINING)
 
-_S = TypeVar("_S", bound=enum.Enum)
-_In = TypeVar("_In", bound=enum.Enum)
 
-
-def transition(table: dict[tuple[_S, _In], _S], what: str, state: _S, event: _In) -> _S:
-    """One lookup in a state table (stream, channel or tunnel); a missing cell is an illegal
-    move: RemoteProtocolError for the peer's input (``RECV_*``), LocalProtocolError for ours."""
-    try:
-        return table[(state, event)]
-    except KeyError:
-        message = f"{event.value} is not allowed on a {what} in state {state.value}"
-        if event.name.startswith("RECV_"):
-            raise RemoteProtocolError(message) from None
-        raise LocalProtocolError(message) from None
+def illegal_move(what: str, state: enum.Enum, event: enum.Enum) -> ProtocolError:
+    """The error of a move missing from a state table (stream, channel or tunnel): a
+    RemoteProtocolError for the peer's input (``RECV_*``), a LocalProtocolError for ours.
+    Each table's lookup is written out in its ``next_*`` (one call a move, on the hot path)."""
+    message = f"{event.value} is not allowed on a {what} in state {state.value}"
+    if event.name.startswith("RECV_"):
+        return RemoteProtocolError(message)
+    return LocalProtocolError(message)
 
 
 def next_channel_state(state: ChannelState, event: ChannelInput) -> ChannelState:
     """The channel table lookup; raises Local/RemoteProtocolError on an illegal move."""
-    return transition(CHANNEL_TRANSITIONS, "channel", state, event)
+    try:
+        return CHANNEL_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise illegal_move("channel", state, event) from None
 
 
 def next_tunnel_state(state: TunnelState, event: TunnelInput) -> TunnelState:
     """The tunnel table lookup; raises Local/RemoteProtocolError on an illegal move."""
-    return transition(TUNNEL_TRANSITIONS, "tunnel", state, event)
+    try:
+        return TUNNEL_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise illegal_move("tunnel", state, event) from None

@@ -2,7 +2,7 @@
 
 Sans-IO over plaintext record payloads: :meth:`Multiplexer.receive_payload` takes the frames
 payload of one record, :meth:`Multiplexer.next_payload` produces the next one to seal (at most
-``MAX_RECORD_PAYLOAD_BYTES`` bytes). Events come out of :meth:`Multiplexer.next_event`. The
+``MAX_RECORD_PAYLOAD_BYTES`` bytes). Events come out of ``Multiplexer.next_event()``. The
 peer's violations raise :class:`RemoteProtocolError` (the caller then calls
 :meth:`Multiplexer.abort`); our own illegal calls raise :class:`LocalProtocolError`.
 
@@ -97,12 +97,15 @@ class Multiplexer:
         self.chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
         self._events = EventQueue()
+        #: the next event (Event), or None when there is none (the queue's own popleft)
+        self.next_event = self._events.popleft
         #: received L3 packets: to ``datagrams.sink`` when set, else DatagramReceived events
         self.datagrams = DatagramInbox(self._events, self.stats, limits.max_datagram_bytes)
         #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
         self._state = TunnelState.HANDSHAKING
-        #: the tunnel is CLOSED (kept beside the state: read on every receive and send)
-        self.closed = False
+        #: the tunnel is CLOSED; draining: GOAWAY was sent or received, no new streams
+        #: either way (both kept beside the state: read on every receive, send and request)
+        self.closed = self.draining = False
         self._drain_deadline: float | None = None
         self._keepalive = Keepalive(limits, now)
         self._registration = RegistrationAssembler(
@@ -117,14 +120,10 @@ class Multiplexer:
     def state(self) -> TunnelState:
         return self._state
 
-    @property
-    def draining(self) -> bool:
-        """GOAWAY was sent or received: no new streams either way."""
-        return self._state in DRAINING_STATES
-
     def _move(self, event: TunnelInput) -> TunnelState:
         state = self._state = next_tunnel_state(self._state, event)
         self.closed = state is TunnelState.CLOSED
+        self.draining = state in DRAINING_STATES
         return state
 
     @property
@@ -148,9 +147,6 @@ class Multiplexer:
     def stream_state(self, stream_id: int) -> StreamState | None:
         stream = self._table.get(stream_id)
         return None if stream is None else stream.state
-
-    def next_event(self) -> Event | None:
-        return self._events.popleft()
 
     def add_event(self, event: Event) -> None:
         """Queue an event produced by the layer above (e.g. HandshakeCompleted)."""

@@ -49,11 +49,11 @@ from raven.protocol.limits import Limits
 from raven.protocol.message_lengths import check_length, missing_bytes
 from raven.protocol.noise import public_key
 from raven.protocol.records import (
+    MIN_RECORD_BYTES,
     OutputBuffer,
     RecordReceiver,
     RecordSender,
     RecordType,
-    is_whole_record,
     split_messages,
     trim_idle,
 )
@@ -104,7 +104,7 @@ class SecureChannel:
         if len(static_private) != KEY_BYTES or len(psk) != KEY_BYTES:
             raise ValueError("static_private and psk are 32 bytes")
         self.suites = ChannelSuites(suites, peer_suites)
-        self._role = role
+        self.role = role  # (read it) initiator or responder
         self._limits = limits
         self._static_private = bytes(static_private)
         self._psk = bytes(psk)
@@ -138,7 +138,10 @@ class SecureChannel:
         self.stats = ChannelStats()
         #: When the handshake must be complete (now + handshake_timeout_s); None once it is.
         self.handshake_deadline: float | None = now + limits.handshake_timeout_s
-        self._state = ChannelState.AWAIT_MAGIC
+        #: (read them; _move changes them) the state, and whether it is established: the
+        #: initiator read message 2 or the responder the first record; also in a re-handshake
+        self.handshake_complete = False
+        self.state = ChannelState.AWAIT_MAGIC
         if role is Role.INITIATOR:
             self._start_initiation(remote_static, wall_time_ns)
 
@@ -151,7 +154,7 @@ class SecureChannel:
         self._remote_static = bytes(remote_static)
         self._queue(preamble(self.suites.next()))
         self._queue_message(self._initiation(self._now))
-        self._state = ChannelState.AWAIT_RESPONSE
+        self.state = ChannelState.AWAIT_RESPONSE
 
     def _initiation(self, now: float) -> bytes:
         """(initiator) A fresh message 1 (new ephemeral, timestamp of ``now``, mac2 with
@@ -175,21 +178,6 @@ class SecureChannel:
     # -- properties -------------------------------------------------------------------------
 
     @property
-    def role(self) -> Role:
-        return self._role
-
-    @property
-    def state(self) -> ChannelState:
-        return self._state
-
-    @property
-    def handshake_complete(self) -> bool:
-        """Established: the initiator read message 2, or the responder read the
-        initiator's first authenticated record (key confirmation); also while a
-        re-handshake runs."""
-        return self._state in ESTABLISHED_STATES
-
-    @property
     def has_keys(self) -> bool:
         """Transport keys exist (a final CLOSE can be sealed even after a failure)."""
         return self._sender is not None
@@ -197,10 +185,11 @@ class SecureChannel:
     @property
     def awaiting_confirmation(self) -> bool:
         """(responder) Message 1 was answered; the initiator's first record is due."""
-        return self._state is ChannelState.AWAIT_CONFIRMATION
+        return self.state is ChannelState.AWAIT_CONFIRMATION
 
     def _move(self, event: ChannelInput) -> None:
-        self._state = next_channel_state(self._state, event)
+        state = self.state = next_channel_state(self.state, event)
+        self.handshake_complete = state in ESTABLISHED_STATES
 
     @property
     def remote_static(self) -> bytes | None:
@@ -221,7 +210,7 @@ class SecureChannel:
     @property
     def bytes_to_send(self) -> int:
         """Wire bytes queued and not yet taken by :meth:`data_to_send`."""
-        return len(self._out)
+        return self._out.used
 
     # -- output -----------------------------------------------------------------------------
 
@@ -247,7 +236,7 @@ class SecureChannel:
         MAX_RECORD_PAYLOAD_BYTES bytes). A key-update record goes first when
         the sending key reached ``rekey_after_records`` or ``rekey_after_s``."""
         sender = self._sender
-        if sender is None or self._state not in ESTABLISHED_STATES:
+        if sender is None or self.state not in ESTABLISHED_STATES:
             self._move(ChannelInput.SEND_RECORD)  # raises unless a final CLOSE after a failure
         if sender is None:
             raise LocalProtocolError("seal() before the handshake completed")
@@ -262,7 +251,7 @@ class SecureChannel:
         """One record of ``head + body`` sealed, counted and returned now, not queued; None
         (:meth:`seal` it) unless established, nothing queued, no key update due."""
         sender = self._sender
-        if sender is None or self._out.used or self._state is not _ESTABLISHED:
+        if sender is None or self._out.used or self.state is not _ESTABLISHED:
             return None
         wire = sender.seal_now(head, body, now)
         if wire is not None:
@@ -282,16 +271,23 @@ class SecureChannel:
         """Feed wire bytes; return the frames payload of every complete record (possibly
         none). Raises HandshakeRejected / RemoteProtocolError on anything bad; then the
         channel reads nothing more (LocalProtocolError) and sends nothing it had queued."""
-        if self._state is ChannelState.FAILED:
+        if self.state is ChannelState.FAILED:
             raise LocalProtocolError("receive_data() on a channel that already failed")
         self.stats.bytes_received += len(data)
         self._now = now
         received: list[bytes] = []
         self._received = received
         try:
-            if self._state is _ESTABLISHED and not self._inbuf and is_whole_record(data):
-                self._on_message(data[LENGTH_PREFIX_BYTES:])  # one record: no splitting
-                return received
+            receiver = self._receiver
+            if self.state is _ESTABLISHED and receiver is not None and not self._inbuf:
+                size = len(data) - LENGTH_PREFIX_BYTES  # exactly one whole record (most reads):
+                if size >= MIN_RECORD_BYTES and size == (data[0] << 8) | data[1]:  # no splitting
+                    payload = receiver.open(data[LENGTH_PREFIX_BYTES:])
+                    self.stats.records_received += 1
+                    if payload is not None:
+                        return [payload]
+                    self._on_key_record(receiver)
+                    return received
             with memoryview(data) as view:
                 # First complete the one partial message held from earlier calls,
                 # copying only the bytes it lacks; then parse straight from `data`.
@@ -315,7 +311,7 @@ class SecureChannel:
         ``view`` runs out; return how many bytes of ``view`` were used."""
         pos = 0
         while self._inbuf and pos < len(view):
-            missing = missing_bytes(self._state, self._inbuf)
+            missing = missing_bytes(self.state, self._inbuf)
             take = min(missing, len(view) - pos)
             self._inbuf += view[pos : pos + take]
             pos += take
@@ -327,7 +323,7 @@ class SecureChannel:
 
     def _consume(self, view: memoryview) -> int:
         offset = 0
-        if self._state is ChannelState.AWAIT_MAGIC:
+        if self.state is ChannelState.AWAIT_MAGIC:
             offset = self.suites.read_preamble(view)
             if not offset:
                 return 0  # at most 4 bytes wait for the rest of the magic and the suite byte
@@ -338,27 +334,24 @@ class SecureChannel:
             return offset + split_messages(rest, self._on_message, self._check_length)
 
     def _check_length(self, length: int) -> None:
-        check_length(self._state, length)
+        check_length(self.state, length)
 
     def _on_message(self, message: bytes | memoryview) -> bool:
         receiver = self._receiver
         if receiver is not None:
             payload = receiver.open(message)
-            stats = self.stats
-            stats.records_received += 1
+            self.stats.records_received += 1
             if payload is not None:
                 self._received.append(payload)
-            elif receiver.control is not None:
-                self._on_rehandshake(receiver)
             else:
-                stats.rekeys_received += 1
-            if self._state is ChannelState.AWAIT_CONFIRMATION:
+                self._on_key_record(receiver)
+            if self.state is ChannelState.AWAIT_CONFIRMATION:
                 self._move(ChannelInput.RECV_RECORD)  # key confirmation
                 self.handshake_deadline = None
                 if self._remote_static is not None and self._timestamp is not None:
                     self._replay_guard.confirm(self._remote_static, self._timestamp)
             return True
-        if self._state is ChannelState.AWAIT_INITIATION:
+        if self.state is ChannelState.AWAIT_INITIATION:
             keys = self._on_initiation(bytes(message))
             if keys is None:
                 return True  # a cookie reply went out: a new message 1 is due
@@ -372,11 +365,18 @@ class SecureChannel:
             self._move(ChannelInput.RECV_RESPONSE)
             self.handshake_deadline = None
         self._install(keys)
-        if self._role is Role.INITIATOR:
+        if self.role is Role.INITIATOR:
             # our first record confirms the keys to the responder, who counts the
             # session only then: an empty keepalive at once (as WireGuard)
             self.seal(b"", self._now)
         return True
+
+    def _on_key_record(self, receiver: RecordReceiver) -> None:
+        """An opened record that carried no frames: a re-handshake message or a key update."""
+        if receiver.control is not None:
+            self._on_rehandshake(receiver)
+        else:
+            self.stats.rekeys_received += 1
 
     def _on_initiation(self, message: bytes) -> SessionKeys | None:
         """(responder) mac1 and the load rule first (no DH), then message 1 itself: the
@@ -432,7 +432,7 @@ class SecureChannel:
         self._sender = self._new_sender(keys)
         self._receiver = RecordReceiver(keys.receive)
         self._adopt(keys)
-        if self._role is Role.INITIATOR:
+        if self.role is Role.INITIATOR:
             self.rehandshake_at = self._now + limits.rehandshake_after_s
             if self.suites.better() is not None:
                 self.rehandshake_at = self._now  # upgrade the suite at once
@@ -445,7 +445,7 @@ class SecureChannel:
 
     def start_rehandshake(self, now: float) -> None:
         """(initiator) Begin a re-handshake (due at :attr:`rehandshake_at`)."""
-        if self._role is not Role.INITIATOR or self._sender is None:
+        if self.role is not Role.INITIATOR or self._sender is None:
             raise LocalProtocolError("only an established initiator re-handshakes")
         self._move(ChannelInput.SEND_REHANDSHAKE)
         message = self._initiation(now)
@@ -461,7 +461,7 @@ class SecureChannel:
                 raise RemoteProtocolError("SWITCH record with a payload")
             self._receiver, self._next_receiver = self._next_receiver, None
             self.stats.rehandshakes += 1
-        elif self._role is Role.RESPONDER:
+        elif self.role is Role.RESPONDER:
             self._move(ChannelInput.RECV_REHANDSHAKE)
             self._answer_rehandshake(body)
         else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
-from raven.protocol.lifecycle import TableEnum, transition
+from raven.protocol.lifecycle import TableEnum, illegal_move
 
 
 class StreamState(TableEnum):
@@ -113,7 +113,10 @@ MAX_SEND_CREDIT = 0xFFFFFFFF
 
 def next_state(state: StreamState, event: StreamInput) -> StreamState:
     """The table lookup; raises Local/RemoteProtocolError on an illegal transition."""
-    return transition(TRANSITIONS, "stream", state, event)
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise illegal_move("stream", state, event) from None
 
 
 class Stream:

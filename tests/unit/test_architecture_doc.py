@@ -117,7 +117,8 @@ def documented_modules() -> tuple[ModuleType, ...]:
 
 
 def find_attr(name: str) -> list[object]:
-    """Everything a documented module, or a class in one, calls ``name``."""
+    """Everything a documented module, or a class in one, calls ``name`` (a class's
+    declared instance attributes too: a bound call such as TunnelConnection.next_event)."""
     found: list[object] = []
     for module in documented_modules():
         if hasattr(module, name):
@@ -125,6 +126,8 @@ def find_attr(name: str) -> list[object]:
         for value in vars(module).values():
             if isinstance(value, type) and name in vars(value):
                 found.append(getattr(value, name))
+            elif isinstance(value, type) and name in getattr(value, "__annotations__", {}):
+                found.append(value.__annotations__[name])  # an instance attribute, declared
     return found
 
 
