@@ -96,11 +96,10 @@ class Multiplexer:
         #: registration frames' payload size
         self.chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
-        self._events = EventQueue()
-        #: the next event (Event), or None when there is none (the queue's own popleft)
-        self.next_event = self._events.popleft
+        #: the events this tunnel produced, oldest first (next_event pops them)
+        self.events = EventQueue()
         #: received L3 packets: to ``datagrams.sink`` when set, else DatagramReceived events
-        self.datagrams = DatagramInbox(self._events, self.stats, limits.max_datagram_bytes)
+        self.datagrams = DatagramInbox(self.events, self.stats, limits.max_datagram_bytes)
         #: the tunnel's lifecycle (raven.protocol.lifecycle.TUNNEL_TRANSITIONS)
         self._state = TunnelState.HANDSHAKING
         #: the tunnel is CLOSED; draining: GOAWAY was sent or received, no new streams
@@ -144,13 +143,17 @@ class Multiplexer:
     def has_output(self) -> bool:
         return self._out.has_output
 
+    def next_event(self) -> Event | None:
+        """The next event, or None when there is none."""
+        return self.events.popleft()
+
     def stream_state(self, stream_id: int) -> StreamState | None:
         stream = self._table.get(stream_id)
         return None if stream is None else stream.state
 
     def add_event(self, event: Event) -> None:
         """Queue an event produced by the layer above (e.g. HandshakeCompleted)."""
-        self._events.append(event)
+        self.events.append(event)
 
     # ------------------------------------------------------------------ streams: our calls
 
@@ -164,7 +167,7 @@ class Multiplexer:
         table.take_local_id()
         window, busy = table.window_for_new_stream()
         if busy:
-            self._events.append(StreamRefused(stream_id, StreamCode.BUSY, busy))
+            self.events.append(StreamRefused(stream_id, StreamCode.BUSY, busy))
             return stream_id
         stream = table.add(stream_id, window)
         stream.apply(_I.SEND_OPEN)
@@ -321,13 +324,13 @@ class Multiplexer:
         self._move(TunnelInput.RECV_CLOSE if by_peer else TunnelInput.LOCAL_CLOSE)
         reason = clean_reason(reason)
         for stream in self._table.clear():
-            self._events.append(
+            self.events.append(
                 StreamReset(stream.stream_id, StreamCode.TUNNEL_CLOSED, reason, by_peer=False)
             )
             self.stats.count_reset(StreamCode.TUNNEL_CLOSED.label)
         self._out.clear()
         self._input.clear()
-        self._events.append(ConnectionTerminated(code, reason, by_peer))
+        self.events.append(ConnectionTerminated(code, reason, by_peer))
 
     def confirm(self, now: float) -> None:
         """The channel is established (keys confirmed): the tunnel opens and keepalive
@@ -357,7 +360,7 @@ class Multiplexer:
             self._drain_deadline = None
             for stream in list(self._table.streams.values()):
                 self._send_reset(stream, StreamCode.DRAINING, "drain timeout")
-                self._events.append(
+                self.events.append(
                     StreamReset(stream.stream_id, StreamCode.DRAINING, "drain timeout", False)
                 )
 
@@ -382,7 +385,7 @@ class Multiplexer:
 
     def _on_end_sent(self, stream: Stream) -> None:
         if stream.finished:
-            finish_stream(stream, self._table, self._events)
+            finish_stream(stream, self._table, self.events)
 
     # ------------------------------------------------------------------ input
 
@@ -425,19 +428,19 @@ class Multiplexer:
         if not stream.on_data(size):
             reason = "stream window exceeded"
             self._send_reset(stream, StreamCode.PROTOCOL_ERROR, reason)
-            self._events.append(
+            self.events.append(
                 StreamReset(frame.stream_id, StreamCode.PROTOCOL_ERROR, reason, by_peer=False)
             )
             return
         if size:
             self._table.buffered += size
-            self._events.append(StreamDataReceived(frame.stream_id, frame.data))
+            self.events.append(StreamDataReceived(frame.stream_id, frame.data))
 
     def _on_control(self, frame: Frame, now: float) -> None:
         if isinstance(frame, OpenFrame):
             self._on_open(frame)
         elif isinstance(frame, CreditFrame | EndFrame | ResetFrame | OpenResultFrame):
-            apply_stream_control(frame, self._table, self._events, self.stats)
+            apply_stream_control(frame, self._table, self.events, self.stats)
         elif isinstance(frame, DatagramFrame):
             self.datagrams.receive(frame.data)
         elif isinstance(frame, PingFrame):
@@ -445,15 +448,15 @@ class Multiplexer:
         elif isinstance(frame, PongFrame):
             rtt_s = self._keepalive.pong(frame.opaque, now)
             if rtt_s is not None:
-                self._events.append(PongReceived(rtt_s))
+                self.events.append(PongReceived(rtt_s))
         elif isinstance(frame, RegisterFrame | RegisterResultFrame):
             registration = self._registration.feed(frame)
             if registration is not None:
-                self._events.append(registration)
+                self.events.append(registration)
         elif isinstance(frame, GoAwayFrame):
             if self._state not in (TunnelState.DRAINING_REMOTE, TunnelState.DRAINING_BOTH):
                 self._move(TunnelInput.RECV_GOAWAY)
-                self._events.append(GoAwayReceived(frame.code, frame.reason))
+                self.events.append(GoAwayReceived(frame.code, frame.reason))
         elif isinstance(frame, CloseFrame):
             self.abort(frame.code, frame.reason, by_peer=True)
 
@@ -474,6 +477,6 @@ class Multiplexer:
             return
         stream = self._table.add(stream_id, window, received=len(frame.data))
         stream.apply(_I.RECV_OPEN)
-        self._events.append(StreamOpened(stream_id, frame.node, frame.port))
+        self.events.append(StreamOpened(stream_id, frame.node, frame.port))
         if frame.data:  # received already: the window we grant at accept covers it
-            self._events.append(StreamDataReceived(stream_id, frame.data))
+            self.events.append(StreamDataReceived(stream_id, frame.data))
