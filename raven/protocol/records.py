@@ -156,6 +156,8 @@ class RecordSender:
     def __init__(
         self, cipher: CipherState, *, rekey_after_records: int, rekey_after_s: float, now: float
     ) -> None:
+        if not cipher.has_key():  # an unkeyed CipherState passes plaintext through (Noise)
+            raise ValueError("records need a keyed CipherState")
         if rekey_after_records < 1:
             raise ValueError("rekey_after_records must be at least 1")
         self._cipher = cipher
@@ -237,9 +239,11 @@ class RecordReceiver:
     __slots__ = ("_cipher", "_scratch", "control", "records", "rekeys")
 
     def __init__(self, cipher: CipherState) -> None:
+        if not cipher.has_key():  # an unkeyed CipherState passes ciphertext through (Noise)
+            raise ValueError("records need a keyed CipherState")
         self._cipher = cipher
-        # plaintext lands here first (decrypt_into), then one copy out: cheaper than
-        # a fresh plaintext per record plus a slice without its type byte
+        # a bulk record's plaintext lands here first (decrypt_into), then one copy out:
+        # cheaper than a fresh plaintext per record plus a slice without its type byte
         self._scratch = _NO_SCRATCH
         self.records = 0
         self.rekeys = 0
@@ -269,7 +273,9 @@ class RecordReceiver:
                 scratch = self._scratch
                 if size > len(scratch):
                     scratch = self._scratch = _grown(scratch, size)
-                plain = scratch[: self._cipher.decrypt_with_ad_into(_EMPTY, ciphertext, scratch)]
+                # (the size first, then the slice: mypyc evaluates a slice's bound twice)
+                opened = self._cipher.decrypt_with_ad_into(_EMPTY, ciphertext, scratch)
+                plain = scratch[:opened]
         except RemoteProtocolError:
             raise RemoteProtocolError(
                 "a record failed authentication", CloseCode.AUTH_FAILED

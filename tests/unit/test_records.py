@@ -11,6 +11,7 @@ from raven.protocol.noise import CipherState
 from raven.protocol.records import (
     MAX_RECORD_PAYLOAD_BYTES,
     MIN_RECORD_BYTES,
+    SMALL_RECORD_BYTES,
     OutputBuffer,
     RecordReceiver,
     RecordSender,
@@ -77,6 +78,33 @@ def test_unknown_type_and_key_update_with_payload_rejected() -> None:
         assert info.value.code is CloseCode.PROTOCOL_ERROR
 
 
+@pytest.mark.parametrize(
+    "size", [0, 1, SMALL_RECORD_BYTES - 17, SMALL_RECORD_BYTES - 16, MAX_RECORD_PAYLOAD_BYTES]
+)
+def test_small_and_bulk_records_open_alike(size: int) -> None:
+    """Records of up to SMALL_RECORD_BYTES open into a plaintext of their own, larger ones
+    into the scratch view: the same payloads, control records and failures either way,
+    from bytes or from a memoryview (what split_messages hands on)."""
+    body = (bytes(range(256)) * (size // 256 + 1))[:size]
+    sender, receiver = pair()
+    out = OutputBuffer()
+    sender.seal(body, 0.0, out)
+    (record,) = records_of(out.take())
+    assert (len(record) <= SMALL_RECORD_BYTES) == (size <= SMALL_RECORD_BYTES - 17)
+    tampered = bytearray(record)
+    tampered[-1] ^= 1
+    with pytest.raises(RemoteProtocolError) as info:
+        receiver.open(bytes(tampered))
+    assert info.value.code is CloseCode.AUTH_FAILED
+    assert receiver.open(memoryview(record)) == body  # the failure consumed no nonce
+    control = CipherState(KEY)
+    control.set_nonce(1)
+    handshake = control.encrypt_with_ad(b"", bytes([RecordType.HANDSHAKE]) + body)
+    assert receiver.open(handshake) is None
+    assert receiver.control == (RecordType.HANDSHAKE, body)
+    assert receiver.records == 2
+
+
 def test_authentication_failure_code() -> None:
     sender, receiver = pair()
     out = OutputBuffer()
@@ -136,6 +164,15 @@ def test_exhausted_nonce_queues_nothing() -> None:
     with pytest.raises(LocalProtocolError):
         sender.seal(b"x", 0.0, out)
     assert len(out) == 0 and sender.records == 0
+
+
+def test_records_refuse_an_unkeyed_cipher() -> None:
+    """An unkeyed CipherState passes bytes through unencrypted (Noise's rule for handshake
+    messages): the record layer never runs on one."""
+    with pytest.raises(ValueError):
+        RecordReceiver(CipherState())
+    with pytest.raises(ValueError):
+        RecordSender(CipherState(), rekey_after_records=1, rekey_after_s=1.0, now=0.0)
 
 
 def test_rekey_after_records_must_be_positive() -> None:

@@ -189,6 +189,24 @@ def test_rekey_by_record_count() -> None:
     assert agent.stats.records_sent == 1 + 95 + 9 == gateway.stats.records_received
 
 
+def test_records_read_one_at_a_time_key_updates_included() -> None:
+    """A read of exactly one whole record is opened without the message splitter: frames,
+    and key updates (counted, the key turned) alike."""
+    agent, gateway = make_pair(Limits(rekey_after_records=3))
+    handshake(agent, gateway)
+    got: list[bytes] = []
+    for i in range(10):
+        agent.seal(bytes([i]) * (i + 1), 100.0)
+        wire = agent.data_to_send()
+        while wire:  # each record in a read of its own
+            end = 2 + int.from_bytes(wire[:2], "big")
+            got += gateway.receive_data(wire[:end], 100.0)
+            wire = wire[end:]
+    assert got == [bytes([i]) * (i + 1) for i in range(10)]
+    assert agent.stats.rekeys_sent == gateway.stats.rekeys_received == 3
+    assert agent.stats.records_sent == gateway.stats.records_received == 1 + 10 + 3
+
+
 def test_rekey_by_time() -> None:
     agent, gateway = make_pair(Limits(rekey_after_s=60.0), now=100.0)
     handshake(agent, gateway, now=100.0)
