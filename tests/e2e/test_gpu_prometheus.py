@@ -37,7 +37,7 @@ import yaml
 
 from gpu_exporter.simulated import MODELS, SHARING_MODES, SimulatedBackend, tenants_of
 from tests.e2e.prometheus import api_data, static_job, vector
-from tests.helpers import free_port, require
+from tests.helpers import free_ports, require
 
 pytestmark = pytest.mark.e2e
 
@@ -146,8 +146,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     require(os.path.exists(PROMETHEUS), f"prometheus not installed at {PROMETHEUS} (scripts/setup)")
     tmp = tmp_path_factory.mktemp("gpu-prom")
     host = loopback_host()
+    *ports, prom_port = free_ports(len(nodes()) + 1, host)  # distinct: one exporter each
     fleet = [
-        Node(n.name, n.model, n.sharing, n.label_mode, n.seed, free_port(host)) for n in nodes()
+        Node(n.name, n.model, n.sharing, n.label_mode, n.seed, port)
+        for n, port in zip(nodes(), ports, strict=True)
     ]
     exporters = subprocess.Popen(
         [sys.executable, "-c", RUNNER, json.dumps([n.argv(host) for n in fleet])],
@@ -166,7 +168,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             ],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-        prom_port = free_port(host)
         prom = subprocess.Popen(
             [
                 PROMETHEUS,

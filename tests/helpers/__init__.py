@@ -14,6 +14,7 @@ This module: free ports, keys and configs, an echo server, polling (``wait_for``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import socket
 import sys
@@ -56,6 +57,18 @@ def free_port(host: str = "127.0.0.1", *, udp_too: bool = False) -> int:
                     continue
                 return port
     raise RuntimeError(f"no port free for both TCP and UDP on {host}")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now: all are held bound until every one
+    is chosen (``free_port`` called in a loop can get the same port back twice)."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        for _ in range(count):
+            tcp = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            tcp.bind((host, 0))
+            ports.append(int(tcp.getsockname()[1]))
+        return ports
 
 
 def write_key(path: Path) -> str:
