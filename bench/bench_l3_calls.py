@@ -69,13 +69,13 @@ def main() -> int:
         print("bench_l3_calls: " + "; ".join(problems), file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-l3-calls-") as tmp:
-        hook_dir, out_dir = Path(tmp, "hook"), Path(tmp, "out")
-        hook_dir.mkdir()
-        out_dir.mkdir()
+        hook_dir, out_dir, lab_dir = Path(tmp, "hook"), Path(tmp, "out"), Path(tmp, "lab")
+        for folder in (hook_dir, out_dir, lab_dir):
+            folder.mkdir()
         (hook_dir / "sitecustomize.py").write_text(HOOK)
         pythonpath = f"{hook_dir}:{root}:{root / 'coredns-hosts'}"
         l3.ENV = {**l3.ENV, "PYTHONPATH": pythonpath, "RAVEN_CALLS_DIR": str(out_dir)}
-        with Lab(Path(tmp, "lab")) as lab:
+        with Lab(lab_dir) as lab:
             t = l3.L3Lab.build(lab, "raven")
             t.start()
             l3.ping(t.cloud, "192.168.50.7", 50, interval_s=0.005)  # warm-up
