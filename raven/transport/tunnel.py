@@ -112,15 +112,7 @@ class Tunnel(CopyingReader, TunnelEvents):
     def data_received(self, data: bytes) -> None:
         if len(data) > SLICE_BYTES:  # a large read in slices, a turn's CPU budget at a time
             self._turn_budget().feed(data)
-            return
-        # _receive's work, written out: a lone L3 packet's read makes no call it need not
-        self._receiving = True  # datagram handlers run inside receive_data
-        try:
-            acts = self.conn.receive_data(data, _now())
-        finally:
-            self._receiving = False
-        if acts:  # else only an L3 packet, already handed on: nothing to do
-            self._frames_received()
+        elif self._receive(data):  # else only an L3 packet, already handed on: nothing to do
             self._after_io()
 
     def _turn_budget(self) -> TurnBudget:
@@ -142,16 +134,11 @@ class Tunnel(CopyingReader, TunnelEvents):
                 acts = conn.receive_data(data, _now())
         finally:
             self._receiving = False
-        if acts:
-            self._frames_received()
-        return acts
-
-    def _frames_received(self) -> None:
-        """Frames waiting (more than a call acts on): the rest next turn, reading paused
-        (deferred once: frames wait only while it is due)."""
-        if not self._resume_due and self.conn.input_waiting:
+        # frames wait: more next turn, reading paused (once: frames wait only while it is due)
+        if acts and not self._resume_due and conn.input_waiting:
             self._resume_due = True
             self._turn_budget().defer(self._resume_input)
+        return acts
 
     def _resume_input(self) -> None:
         self._resume_due = False
