@@ -112,7 +112,7 @@ class TunnelListener:
             suites=self.suites,
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit)
-        tunnel.on_event = functools.partial(self._on_event, tunnel)  # lighter than a closure
+        tunnel.on_event = self._on_event
         if self.agent_stream_service is not None:
             tunnel.on_stream = functools.partial(self._agent_stream, tunnel)
         self.tunnels.add(tunnel)

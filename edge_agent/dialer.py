@@ -265,7 +265,7 @@ class GatewayLink:
             extra=fields(gateway=self.label, code=closed.code.label, reason=closed.reason),
         )
 
-    def _on_event(self, event: ev.Event) -> None:
+    def _on_event(self, tunnel: Tunnel, event: ev.Event) -> None:
         if isinstance(event, ev.RegistrationAnswered):
             self.accepted_nodes = event.accepted_nodes
             self.refused = event.refused

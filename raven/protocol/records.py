@@ -51,8 +51,9 @@ _EMPTY = b""
 #: Scratch buffers start empty (this one, shared: it is never written, any use grows it
 #: first), so an idle or trimmed tunnel holds none of its own.
 _NO_SCRATCH = memoryview(bytearray())
-#: Records up to this size are opened into a plaintext of their own (fewer steps); larger
-#: ones into the receiver's scratch buffer (no allocation of a whole record).
+#: Records up to this size are sealed from and opened into a plaintext of their own (fewer
+#: steps, and no scratch buffer kept by a tunnel that only exchanges keepalives); larger ones
+#: go through the sender's and receiver's scratch buffers (no allocation of a whole record).
 SMALL_RECORD_BYTES = 2048
 
 
@@ -71,8 +72,10 @@ class RecordType(enum.IntEnum):
     SWITCH = 0x03
 
 
+#: The type byte of each record type, as bytes (a small record's plaintext is built on it).
+_TYPE_BYTES = tuple(bytes([kind]) for kind in range(max(RecordType) + 1))
 #: The type byte of a FRAMES record, for :meth:`RecordSender.seal_now`.
-_FRAMES_TYPE = bytes([RecordType.FRAMES])
+_FRAMES_TYPE = _TYPE_BYTES[RecordType.FRAMES]
 
 
 class OutputBuffer:
@@ -212,19 +215,22 @@ class RecordSender:
 
     def _seal_type(self, kind: int, payload: bytes | memoryview, out: OutputBuffer) -> int:
         size = len(payload)
-        plain = self._plain
-        if size >= len(plain):
-            plain = self._plain = _grown(plain, size + 1)
-        plain[0] = kind
-        plain[1 : 1 + size] = payload
+        plain: bytes | memoryview
+        if size < SMALL_RECORD_BYTES:  # a PING, a credit, a request: no scratch kept for it
+            plain = _TYPE_BYTES[kind] + payload
+        else:
+            plain = self._plain
+            if size >= len(plain):
+                plain = self._plain = _grown(plain, size + 1)
+            plain[0] = kind
+            plain[1 : 1 + size] = payload
+            plain = plain[: 1 + size]
         ciphertext_size = 1 + size + TAG_BYTES
         with out.reserve(LENGTH_PREFIX_BYTES + ciphertext_size) as view:
             view[0] = ciphertext_size >> 8
             view[1] = ciphertext_size & 0xFF
             try:
-                self._cipher.encrypt_with_ad_into(
-                    _EMPTY, plain[: 1 + size], view[LENGTH_PREFIX_BYTES:]
-                )
+                self._cipher.encrypt_with_ad_into(_EMPTY, plain, view[LENGTH_PREFIX_BYTES:])
             except BaseException:
                 out.unreserve(LENGTH_PREFIX_BYTES + ciphertext_size)
                 raise

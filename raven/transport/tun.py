@@ -199,8 +199,8 @@ class LinuxTun:
 
     def _readable(self) -> None:
         """Read up to ``read_batch`` packets. The first leaves at once (a lone packet is not
-        held for the read that finds the device empty); the tunnels flush the others once,
-        when the batch ends."""
+        held for the read that finds the device empty); from the second on, they are a
+        batch, which the tunnels flush once, when it ends."""
         handler, buffer = self._on_packet, self._read_buffer
         if handler is None or buffer is None:
             return
@@ -209,8 +209,14 @@ class LinuxTun:
         if not packet:
             return
         handler(packet)
+        if self._read_batch < 2:
+            return
+        packet = self._read_one(buffer, view)
+        if not packet:
+            return  # a lone packet (a ping): no batch to open
         with SEND_BURST:
-            for _ in range(self._read_batch - 1):
+            handler(packet)
+            for _ in range(self._read_batch - 2):
                 packet = self._read_one(buffer, view)
                 if not packet:
                     return

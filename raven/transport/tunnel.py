@@ -315,11 +315,16 @@ class Tunnel(CopyingReader, TunnelEvents):
                 self._write_resumed = asyncio.Event()
             await self._write_resumed.wait()
 
+    def _moved(self) -> int:
+        """Streams opened and datagrams carried so far: unchanged while the tunnel is idle."""
+        stats = self.conn.stats
+        return stats.streams_opened + stats.datagrams_sent + stats.datagrams_received
+
     def _trim_if_quiet(self) -> None:
         """No stream open and none, nor a datagram, since the last keepalive round trip:
-        release what the idle connection does not need (TunnelConnection.trim)."""
-        stats = self.conn.stats
-        moved = stats.streams_opened + stats.datagrams_sent + stats.datagrams_received
+        release what the idle connection does not need (TunnelConnection.trim). Called at
+        each PONG, which starts the next quiet period."""
+        moved = self._moved()
         if not self.streams and moved == self._moved_at_pong:
             self.conn.trim()
         self._moved_at_pong = moved
@@ -364,6 +369,10 @@ class Tunnel(CopyingReader, TunnelEvents):
                     break  # the common case: one round, no empty second pull
         finally:
             self._in_flush = False
+        if not self.streams and self._moved() == self._moved_at_pong:
+            # quiet since the last PONG: what this write carried was keepalive traffic (the
+            # PONG to the peer's PING, our next PING); an idle tunnel holds no AEAD between
+            self.conn.trim()
         self._process_events()
         self._arm_timer()
 
@@ -437,7 +446,7 @@ class Tunnel(CopyingReader, TunnelEvents):
                 self.transport.write(data)
             self.transport.close()
         if self.on_event is not None:
-            self.on_event(final)
+            self.on_event(self, final)
 
     async def aclose(self) -> None:
         """Close and wait for handler tasks to finish (nothing left running)."""

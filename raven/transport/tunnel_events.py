@@ -29,7 +29,8 @@ log = logging.getLogger("raven.transport.tunnel")
 
 StreamHandler = Callable[[TunnelStream, str, int], Awaitable[None]]
 DatagramHandler = Callable[[bytes], None]
-EventHandler = Callable[[ev.Event], None]
+#: told which tunnel (one handler serves a listener's every tunnel, no closure per tunnel)
+EventHandler = Callable[["Tunnel", ev.Event], None]
 
 
 class TunnelEvents:
@@ -103,7 +104,7 @@ class TunnelEvents:
             self._terminate(event.code, event.reason, by_peer=event.by_peer, event=event)
             return
         if self.on_event is not None:
-            self.on_event(event)
+            self.on_event(cast("Tunnel", self), event)
 
     def _incoming_stream(self, event: ev.StreamOpened) -> None:
         stream = TunnelStream(cast("Tunnel", self), event.stream_id, incoming=True)

@@ -28,7 +28,7 @@ class Pair(TunnelPair):
             agent={"on_datagram": self.agent_got.append},
             gateway={
                 "on_datagram": self.gateway_got.append,
-                "on_event": self.gateway_events.append,
+                "on_event": lambda _tunnel, event: self.gateway_events.append(event),
             },
         )
 
