@@ -44,12 +44,12 @@ class Site:
         self.relays: list[Relay] = []
         self.echo: asyncio.Server | None = None
 
-    def make_listener(self, port: int = 0) -> TunnelListener:
+    def make_listener(self, port: int = 0, limits: Limits = LIMITS) -> TunnelListener:
         return TunnelListener(
             listen=f"127.0.0.1:{port}",
             static_private=self.gw.private,
             psk=bytes(32),
-            limits=LIMITS,
+            limits=limits,
             registry=self.registry,
             metrics=self.gw_metrics,
             handshake_rate_per_s=100,

@@ -172,6 +172,36 @@ async def test_rehandshakes_under_traffic_do_not_disturb_a_stream(
     assert link.connects == 1 and not tunnel.closed.done()
 
 
+def _holds_aead(tunnel: object) -> bool:
+    channel = tunnel.conn._channel  # type: ignore[attr-defined]
+    return channel._sender._cipher._aead is not None or channel._receiver._cipher._aead is not None
+
+
+async def test_idle_tunnels_hold_no_aead_between_keepalives_whoever_pings(site: Site) -> None:
+    """The agent PINGs every 0.5 s, the gateway every 0.37 s: their phases drift through
+    every order. An idle tunnel drops its AEAD objects after each write of keepalive traffic
+    (the PONG it answers, the PING it sends), not only at the PONG to its own PING: sampled
+    over 4 s, neither end keeps them (when only its own PONG released them, the gateway held
+    them for a third to a half of the samples)."""
+    site.listener = site.make_listener(
+        limits=dataclasses.replace(LIMITS, keepalive_interval_s=0.37)
+    )
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [echo_port(site)])
+    await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
+    agent, gateway = link.tunnel, site.registry.sessions["site-a"].tunnel
+    assert agent is not None
+    await wait_for(lambda: not _holds_aead(agent) and not _holds_aead(gateway))
+    pings = gateway.conn.stats.frames_received.get("ping", 0)
+    held = {"agent": 0, "gateway": 0}
+    samples = 400
+    for _ in range(samples):  # 4 s: 8 PINGs one way, 10 the other
+        await asyncio.sleep(0.01)
+        held["agent"] += _holds_aead(agent)
+        held["gateway"] += _holds_aead(gateway)
+    assert gateway.conn.stats.frames_received.get("ping", 0) - pings >= 6  # they ran
+    assert held["agent"] <= samples // 20 and held["gateway"] <= samples // 20, held
+
+
 async def test_an_idle_tunnel_releases_its_aead_objects_and_still_serves(site: Site) -> None:
     """After a keepalive round trip with nothing else on the tunnel, both ends drop their
     AEAD objects (TunnelConnection.trim); the next stream works as before."""

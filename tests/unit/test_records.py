@@ -105,6 +105,27 @@ def test_small_and_bulk_records_open_alike(size: int) -> None:
     assert receiver.records == 2
 
 
+@pytest.mark.parametrize("size", [0, 1, SMALL_RECORD_BYTES - 1, SMALL_RECORD_BYTES, 5000])
+def test_small_and_bulk_records_seal_alike_and_small_ones_keep_no_scratch(size: int) -> None:
+    """Payloads under SMALL_RECORD_BYTES are sealed from a plaintext of their own (a tunnel
+    that only exchanges keepalives keeps no scratch buffer), larger ones through the sender's
+    scratch: the same wire bytes either way, from bytes or a memoryview, for every type."""
+    body = (bytes(range(256)) * (size // 256 + 1))[:size]
+    for payload in (body, memoryview(body)):
+        sender, receiver = pair()
+        out = OutputBuffer()
+        sender.seal(payload, 0.0, out)
+        sender.seal_control(RecordType.HANDSHAKE, body, out)
+        plain = CipherState(KEY)
+        expected = [
+            plain.encrypt_with_ad(b"", bytes([kind]) + body)
+            for kind in (RecordType.FRAMES, RecordType.HANDSHAKE)
+        ]
+        assert records_of(out.take()) == expected
+        assert (len(sender._plain) == 0) == (size < SMALL_RECORD_BYTES)
+        assert receiver.open(expected[0]) == body
+
+
 def test_authentication_failure_code() -> None:
     sender, receiver = pair()
     out = OutputBuffer()
