@@ -32,6 +32,7 @@ from raven.protocol.noise import public_key
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
 from raven.protocol.suites import DEFAULT_SUITES, Suite
+from raven.transport.deadlines import Deadlines
 from raven.transport.tunnel import Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class TunnelListener:
         #: serves agent-opened streams (None: they are refused)
         self.agent_stream_service: AgentStreamService | None = None
         self._server: asyncio.Server | None = None
+        #: one timer for every tunnel's deadlines (made by start, on the running loop)
+        self._deadlines: Deadlines | None = None
         self.bound: tuple[str, int] | None = None
         self._sessions: dict[Tunnel, AgentSession] = {}
         #: the registration being checked per tunnel (a newer one replaces it)
@@ -91,6 +94,7 @@ class TunnelListener:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._deadlines = Deadlines(loop)
         self._server = await loop.create_server(
             self._make_tunnel, self.host, self.port, reuse_address=True, backlog=1024
         )
@@ -111,7 +115,7 @@ class TunnelListener:
             cookies=self.cookies,
             suites=self.suites,
         )
-        tunnel = Tunnel(conn, name="incoming", admit=self._admit)
+        tunnel = Tunnel(conn, name="incoming", admit=self._admit, deadlines=self._deadlines)
         tunnel.on_event = self._on_event
         if self.agent_stream_service is not None:
             tunnel.on_stream = functools.partial(self._agent_stream, tunnel)
@@ -299,3 +303,5 @@ class TunnelListener:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        if self._deadlines is not None:
+            self._deadlines.close()

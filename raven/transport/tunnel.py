@@ -25,6 +25,7 @@ from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.errors import LocalProtocolError
+from raven.transport.deadlines import Deadlines
 from raven.transport.read_buffer import CopyingReader
 from raven.transport.send_burst import SEND_BURST
 from raven.transport.stream import OpenFailure, StreamOpenError
@@ -61,6 +62,7 @@ class Tunnel(CopyingReader, TunnelEvents):
         on_event: EventHandler | None = None,
         name: str = "tunnel",
         admit: Callable[[Tunnel], bool] | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
         self.conn = conn
         self.admit = admit
@@ -76,8 +78,10 @@ class Tunnel(CopyingReader, TunnelEvents):
         self.closed: asyncio.Future[ev.ConnectionTerminated] = self.loop.create_future()
         self.streams: dict[int, TunnelStream] = {}
         self.rtt_s: float | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        #: the timer this tunnel's deadline is kept on (a listener shares one: no loop
+        #: timer per tunnel); ``deadline_at``: the pending deadline
+        self._deadlines = deadlines if deadlines is not None else Deadlines(self.loop)
+        self.deadline_at: float | None = None
         self._write_paused = False
         #: set when writing resumes; made by the first writer that waits (most never do)
         self._write_resumed: asyncio.Event | None = None
@@ -378,18 +382,11 @@ class Tunnel(CopyingReader, TunnelEvents):
 
     def _arm_timer(self) -> None:
         when = self.conn.get_timer()
-        if when == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = when
-        if when is not None and not self.closed.done():
-            self._timer = self.loop.call_at(when, self._on_timer)
+        if when != self.deadline_at and not self.closed.done():
+            self._deadlines.set(self, when)
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
+    def deadline_due(self) -> None:
+        """The connection's deadline came (a keepalive, a timeout): run its timers."""
         self.conn.handle_timer(_now())
         self._after_io()
 
@@ -422,9 +419,7 @@ class Tunnel(CopyingReader, TunnelEvents):
     ) -> None:
         if self.closed.done():
             return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadlines.set(self, None)
         for stream in list(self.streams.values()):
             stream._abort(StreamCode.TUNNEL_CLOSED, reason)
             stream._open_answered(StreamOpenError(OpenFailure.TUNNEL_CLOSED, reason))
