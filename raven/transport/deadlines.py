@@ -69,6 +69,8 @@ class Deadlines:
         if previous is not None:
             self._stale += 1
         if when is None:
+            if self._stale == len(self._heap):  # nothing live: drop the timer and the owners
+                self.close()
             return
         heapq.heappush(self._heap, (when, next(self._sequence), owner))
         if self._stale > MIN_REBUILD and self._stale * 2 > len(self._heap):

@@ -103,3 +103,17 @@ async def test_stale_entries_stay_bounded_and_close_forgets_everything() -> None
     assert len(deadlines) == 0
     await asyncio.sleep(0.01)
     assert fired == []
+
+
+async def test_the_last_cancelled_deadline_releases_the_timer_and_the_owners() -> None:
+    """A tunnel that closes cancels its deadline: with none live left, the heap and the
+    loop timer go at once (nothing keeps the closed tunnel until its old deadline)."""
+    loop = asyncio.get_running_loop()
+    deadlines, fired = Deadlines(loop), []
+    first, second = Owner("1", fired), Owner("2", fired)
+    deadlines.set(first, loop.time() + 10)
+    deadlines.set(second, loop.time() + 20)
+    deadlines.set(first, None)
+    assert len(deadlines) == 2 and deadlines._timer is not None  # the second is live
+    deadlines.set(second, None)
+    assert len(deadlines) == 0 and deadlines._timer is None
