@@ -374,8 +374,8 @@ class Tunnel(CopyingReader, TunnelEvents):
         finally:
             self._in_flush = False
         if not self.streams and self._moved() == self._moved_at_pong:
-            # quiet since the last PONG: what this write carried was keepalive traffic (the
-            # PONG to the peer's PING, our next PING); an idle tunnel holds no AEAD between
+            # quiet since the last PONG: this write carried keepalive traffic only (the PONG
+            # to the peer's PING, our next PING): no AEAD is kept until the next one
             self.conn.trim()
         self._process_events()
         self._arm_timer()
