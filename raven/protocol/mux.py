@@ -230,6 +230,8 @@ class Multiplexer:
         increment = stream.on_consumed(size, self._limits.credit_update_ratio, grant=grant)
         self._table.buffered -= size
         if increment:
+            increment = self._table.retarget(stream, increment)
+        if increment:
             stream.apply(_I.SEND_CREDIT)
             self._queue_control(encode_frame(CreditFrame(stream_id, increment)))
 

@@ -96,6 +96,41 @@ class StreamTable:
             return 0, "too much data buffered on the tunnel"
         return window, ""
 
+    def fair_window(self) -> int:
+        """The receive window each live stream should have now: the tunnel's budget, less the
+        floor kept for every stream max_streams still allows, shared by the live streams;
+        between MIN_STREAM_WINDOW_BYTES and stream_window_bytes."""
+        limits = self._limits
+        live = len(self.streams)
+        floor = min(MIN_STREAM_WINDOW_BYTES, limits.stream_window_bytes)
+        shared = limits.max_tunnel_buffered_bytes - (limits.max_streams - live) * floor
+        return max(floor, min(limits.stream_window_bytes, shared // max(live, 1)))
+
+    def retarget(self, stream: Stream, credit: int) -> int:
+        """A credit of ``credit`` bytes (just consumed) is due on ``stream``: move its window
+        toward :meth:`fair_window` with it, and return the credit to send (0: none). Above
+        its share the window shrinks by granting back less; below it, it grows by granting
+        more, as far as the budget has room. Windows opened first-come (1 MiB each until
+        the budget runs short, then the floor) so even out as streams come and go; the
+        stream's received-but-unread bytes plus the credit the peer holds stay equal to its
+        window, and ``reserved`` the sum of the windows."""
+        target = self.fair_window()
+        window = stream.window
+        if target < window:
+            change = -min(window - target, credit)
+        elif target > window:
+            limits = self._limits
+            floor = min(MIN_STREAM_WINDOW_BYTES, limits.stream_window_bytes)
+            unopened = (limits.max_streams - len(self.streams)) * floor
+            room = limits.max_tunnel_buffered_bytes - self.reserved - unopened
+            change = max(0, min(target - window, room))
+        else:
+            return credit
+        stream.window = window + change
+        stream.recv_granted += change
+        self.reserved += change
+        return credit + change
+
     def add(self, stream_id: int, window: int, *, received: int = 0) -> Stream:
         """A new stream; ``received``: bytes its peer's OPEN carried (within ``window``)."""
         stream = Stream(stream_id, window)
