@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from raven.protocol.limits import Limits
@@ -87,7 +87,6 @@ def test_256_busy_streams_even_out_their_windows() -> None:
     assert windows[0] >= fair // 2 and windows[-1] <= fair + 64 * 1024, windows[::32]
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=1, max_value=300))
 def test_windows_keep_the_flow_control_invariants(seed: int, opened: int) -> None:
     """Random receives, reads, opens and closes: the invariants of check() after each."""
