@@ -85,16 +85,25 @@ class StreamTable:
         """(receive window, "") for a new stream, or (0, reason) when it must be refused.
         Windows shrink as the tunnel's total nears max_tunnel_buffered_bytes, keeping
         MIN_STREAM_WINDOW_BYTES for each stream still allowed under max_streams."""
-        limits = self._limits
-        others = limits.max_streams - len(self.streams) - 1
-        if others < 0:
+        live = len(self.streams) + 1  # with the new one
+        if live > self._limits.max_streams:
             return 0, "too many streams"
-        floor = min(MIN_STREAM_WINDOW_BYTES, limits.stream_window_bytes)
-        room = limits.max_tunnel_buffered_bytes - self.reserved - others * floor
-        window = min(limits.stream_window_bytes, room)
-        if window < floor:
+        window = min(self._limits.stream_window_bytes, self._room(live))
+        if window < self._floor():
             return 0, "too much data buffered on the tunnel"
         return window, ""
+
+    def _floor(self) -> int:
+        """The window every stream max_streams allows is guaranteed."""
+        return min(MIN_STREAM_WINDOW_BYTES, self._limits.stream_window_bytes)
+
+    def _kept_back(self, live: int) -> int:
+        """The budget held for the streams not opened yet, at the floor each."""
+        return (self._limits.max_streams - live) * self._floor()
+
+    def _room(self, live: int) -> int:
+        """Budget not yet in a window nor kept back, with ``live`` streams."""
+        return self._limits.max_tunnel_buffered_bytes - self.reserved - self._kept_back(live)
 
     def fair_window(self) -> int:
         """The receive window each live stream should have now: the tunnel's budget, less the
@@ -102,9 +111,8 @@ class StreamTable:
         between MIN_STREAM_WINDOW_BYTES and stream_window_bytes."""
         limits = self._limits
         live = len(self.streams)
-        floor = min(MIN_STREAM_WINDOW_BYTES, limits.stream_window_bytes)
-        shared = limits.max_tunnel_buffered_bytes - (limits.max_streams - live) * floor
-        return max(floor, min(limits.stream_window_bytes, shared // max(live, 1)))
+        shared = limits.max_tunnel_buffered_bytes - self._kept_back(live)
+        return max(self._floor(), min(limits.stream_window_bytes, shared // max(live, 1)))
 
     def retarget(self, stream: Stream, credit: int) -> int:
         """A credit of ``credit`` bytes (just consumed) is due on ``stream``: move its window
@@ -119,11 +127,7 @@ class StreamTable:
         if target < window:
             change = -min(window - target, credit)
         elif target > window:
-            limits = self._limits
-            floor = min(MIN_STREAM_WINDOW_BYTES, limits.stream_window_bytes)
-            unopened = (limits.max_streams - len(self.streams)) * floor
-            room = limits.max_tunnel_buffered_bytes - self.reserved - unopened
-            change = max(0, min(target - window, room))
+            change = max(0, min(target - window, self._room(len(self.streams))))
         else:
             return credit
         stream.window = window + change
