@@ -48,7 +48,8 @@ class LimitsConfig:
     )
     max_tunnel_buffered_bytes: int = doc(
         "Receive windows summed over a tunnel's streams (the most a peer can make us buffer, "
-        "both directions' streams); new streams get smaller windows near it, then are refused.",
+        "both directions' streams); new streams get smaller windows near it, then are refused. "
+        "Busy streams' windows move toward an equal share of it as they return credit.",
         default=_DEFAULTS.max_tunnel_buffered_bytes,
     )
     max_queued_datagrams: int = doc(

@@ -22,7 +22,8 @@ class Limits:
     #: Receive windows summed over a tunnel's streams (whichever side opened them): the
     #: most the peer can make us buffer. New streams get smaller windows as the sum nears
     #: it (down to 16 KiB, kept for every stream max_streams still allows); beyond it new
-    #: streams are refused BUSY (a peer's OPEN, or our own open_stream).
+    #: streams are refused BUSY (a peer's OPEN, or our own open_stream). Each credit a stream
+    #: returns moves its window toward an equal share of it among the live streams.
     max_tunnel_buffered_bytes: int = 64 * 1024 * 1024
     #: Largest frame payload a sender emits (<= MAX_FRAME_PAYLOAD_BYTES); also the
     #: round-robin quantum of the stream scheduler.
