@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Protocol
 
 from edge_agent.target_leg import TargetLeg
-from raven.promclient import CollectorRegistry, Counter, Gauge
+from raven.promclient import (
+    Collector,
+    CollectorRegistry,
+    Counter,
+    CounterMetricFamily,
+    Gauge,
+    Metric,
+)
 from raven.protocol.codes import StreamCode
 from raven.protocol.names import normalize_node_name
 from raven.transport.connect_errors import connect_failure
@@ -39,7 +46,11 @@ class EndpointFinder(Protocol):
     def candidates(self, node: str, port: int) -> list[tuple[str, int]]: ...
 
 
-class RelayMetrics:
+class RelayMetrics(Collector):
+    """The relay's metrics. The bytes relayed move with every chunk, so they are plain
+    counts exported when the registry is collected (no client_python child, lock or check
+    per chunk, as the gateway's request counts); the rest are client_python metrics."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.streams = Counter(
             "raven_agent_streams_total",
@@ -56,16 +67,26 @@ class RelayMetrics:
             ["result"],
             registry=registry,
         )
-        self.bytes = Counter(
-            "raven_agent_relay_bytes_total",
-            "Bytes relayed, by direction (to_target, from_target).",
-            ["direction"],
-            registry=registry,
-        )
-        # the hot path's children, looked up once (not per stream or chunk)
+        #: raven_agent_relay_bytes_total{direction="to_target"|"from_target"}
+        self.to_target = 0
+        self.from_target = 0
+        # the hot path's child, looked up once (not per stream)
         self.streams_ok = self.streams.labels("ok")
-        self.to_target = self.bytes.labels("to_target")
-        self.from_target = self.bytes.labels("from_target")
+        registry.register(self)
+
+    def count_from_target(self, size: int) -> None:
+        """``size`` bytes read from a target (a TargetLeg's hook)."""
+        self.from_target += size
+
+    def collect(self) -> Iterator[Metric]:
+        relayed = CounterMetricFamily(
+            "raven_agent_relay_bytes",
+            "Bytes relayed, by direction (to_target, from_target).",
+            labels=["direction"],
+        )
+        relayed.add_metric(["to_target"], self.to_target)
+        relayed.add_metric(["from_target"], self.from_target)
+        yield relayed
 
 
 class Relay:
@@ -125,7 +146,7 @@ class Relay:
         leg.done.add_done_callback(lambda _: self._ended(stream, leg))
         try:
             leg.start(stream, self._to_target_hook(name, address, port, via, what),
-                      self.metrics.from_target.inc)  # fmt: skip
+                      self.metrics.count_from_target)  # fmt: skip
         except BaseException:
             leg.close()
             raise
@@ -142,7 +163,7 @@ class Relay:
         requests), counted, and shown to the backfill's request watcher until it has enough."""
         watcher = self.request_watcher(name, port) if self.request_watcher else None
         watching = [watcher] if watcher is not None else []
-        to_target_bytes = self.metrics.to_target
+        metrics = self.metrics
 
         def to_target(data: bytes) -> None:
             if self.nodes.get(name) != address or port not in self.allowed_ports or not (
@@ -150,7 +171,7 @@ class Relay:
                                 and via in self.endpoints.candidates(name, port))
             ):  # fmt: skip
                 raise ConnectionAbortedError(f"{what} is no longer served by this agent")
-            to_target_bytes.inc(len(data))
+            metrics.to_target += len(data)
             if watching and watching[0].feed(data):
                 watching.clear()
 

@@ -61,6 +61,14 @@ async def test_gateway_and_agent_metrics_pass_promtool(tmp_path: Path) -> None:
         assert "raven_event_loop_lag_seconds_bucket{" in text, name
         assert "_created" not in text, name
     assert "raven_tunnel_keepalive_rtt_seconds_bucket" in pages["gateway"]
+    # the agent's relay counts (plain integers exported by its collector) moved with the scrapes
+    relayed = {
+        line.split('"')[1]: float(line.split()[-1])
+        for line in pages["agent"].splitlines()
+        if line.startswith("raven_agent_relay_bytes_total{")
+    }
+    assert relayed.keys() == {"to_target", "from_target"}
+    assert relayed["to_target"] > 0 and relayed["from_target"] > relayed["to_target"]
     # the GPU exporter's own metrics (its DCGM_* families keep dcgm-exporter's names and labels)
     own = (
         "\n".join(
