@@ -5,7 +5,7 @@ one read, and acting on them all at once (a stream, an event, a refusal each) he
 gateway's event loop 30-100 ms, every other site's traffic with it. The multiplexer puts
 each record's frames here, in order, and acts on them at most ``CONTROL_FRAMES_PER_CALL``
 control frames per call (data frames are cheap and not counted); the adapter calls again
-next event-loop turn while :attr:`FrameBacklog.waiting`, with its reading paused.
+next event-loop turn while frames are :attr:`FrameBacklog.pending`, with its reading paused.
 """
 
 from __future__ import annotations
@@ -24,49 +24,46 @@ CONTROL_FRAMES_PER_CALL = 128
 class FrameBacklog:
     """Frames received and not yet acted on, oldest first."""
 
-    __slots__ = ("_frames", "_on_control", "_on_data", "_received")
+    __slots__ = ("_on_control", "_on_data", "_received", "pending")
 
     def __init__(
         self,
-        on_data: Callable[[DataFrame], None],
+        on_data: Callable[[int, bytes], None],
         on_control: Callable[[Frame, float], None],
         received: dict[str, int],
     ) -> None:
-        #: made by the first frames, dropped once empty: an idle tunnel holds no deque (~760 B)
-        self._frames: deque[Frame] | None = None
+        #: the frames waiting, oldest first: made by the first frames, dropped once empty (an
+        #: idle tunnel holds no deque, ~760 B); read it, never change it (falsy: none waits)
+        self.pending: deque[Frame] | None = None
         self._on_data = on_data
         self._on_control = on_control
         self._received = received  # frames acted on, by type (TunnelStats.frames_received)
 
-    @property
-    def waiting(self) -> bool:
-        return bool(self._frames)
-
     def extend(self, frames: Iterable[Frame]) -> None:
-        if self._frames is None:
-            self._frames = deque(frames)
+        if self.pending is None:
+            self.pending = deque(frames)
         else:
-            self._frames.extend(frames)
+            self.pending.extend(frames)
 
     def clear(self) -> None:
-        if self._frames is not None:
-            self._frames.clear()  # the same deque: an act() running on it stops
+        if self.pending is not None:
+            self.pending.clear()  # the same deque: an act() running on it stops
 
     def act(self, now: float) -> None:
         """Act on frames in order, up to CONTROL_FRAMES_PER_CALL control ones. A handler
         that closes the tunnel clears the backlog, which ends the loop."""
-        frames, received, acted = self._frames, self._received, 0
+        frames, received, acted = self.pending, self._received, 0
         if frames is None:
             return
         while frames and acted < CONTROL_FRAMES_PER_CALL:
             frame = frames.popleft()
             if type(frame) is DataFrame:
                 received["data"] = received.get("data", 0) + 1
-                self._on_data(frame)
+                self._on_data(frame.stream_id, frame.data)
                 continue
             label = frame.TYPE.label
             received[label] = received.get(label, 0) + 1
             acted += 1
             self._on_control(frame, now)
-        if not frames and self._frames is frames:
-            self._frames = None
+        if not frames and self.pending is frames:
+            self.pending = None

@@ -352,6 +352,22 @@ def parse_frames(payload: bytes) -> list[Frame]:
     return frames
 
 
+_DATA_VALUE = int(FrameType.DATA)
+
+
+def lone_data(payload: bytes) -> tuple[int, bytes] | None:
+    """(stream id, data) of a record payload that is exactly one well-formed DATA frame (what
+    :func:`parse_frames` makes one DataFrame of); None for anything else, which
+    :func:`parse_frames` then takes (and refuses, if malformed). A stream's bulk arrives so,
+    a record at a time: no Frame object, no list, no backlog for it."""
+    if len(payload) < FRAME_HEADER_BYTES or payload[0] != _DATA_VALUE:
+        return None
+    _, flags, stream_id, length = HEADER.unpack_from(payload, 0)
+    if flags or not stream_id or length != len(payload) - FRAME_HEADER_BYTES:
+        return None
+    return stream_id, payload[FRAME_HEADER_BYTES:]
+
+
 def _decode(ftype_value: int, flags: int, stream_id: int, body: bytes) -> Frame:
     try:
         ftype = FrameType(ftype_value)

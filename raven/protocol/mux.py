@@ -55,6 +55,7 @@ from raven.protocol.frames import (
     ResetFrame,
     encode_frame,
     encode_register,
+    lone_data,
     parse_frames,
 )
 from raven.protocol.keepalive import Keepalive
@@ -401,6 +402,10 @@ class Multiplexer:
         packets = split_datagrams(payload)  # the L3 fast path (DATAGRAM frames only)
         if packets is not None:
             return self.datagrams.receive_all(packets)
+        if not self._input.pending and (data := lone_data(payload)) is not None:
+            received = self.stats.frames_received  # as FrameBacklog.act counts it
+            received["data"] = received.get("data", 0) + 1
+            return self._on_data(*data)  # nothing waits before it: acting now keeps the order
         frames = parse_frames(payload)
         if len(frames) != 1 or type(frames[0]) is not DataFrame:
             over = self._budget.charge(frames, len(payload), now)
@@ -415,28 +420,28 @@ class Multiplexer:
     @property
     def input_waiting(self) -> bool:
         """Received frames wait to be acted on: call :meth:`resume_input` (next turn)."""
-        return self._input.waiting
+        return bool(self._input.pending)
 
     def resume_input(self, now: float) -> None:
         """Act on more of the frames that wait (raven.protocol.frame_backlog)."""
         self._input.act(now)
 
-    def _on_data(self, frame: DataFrame) -> None:
-        stream = self._table.peer(frame.stream_id)
+    def _on_data(self, stream_id: int, data: bytes) -> None:
+        stream = self._table.peer(stream_id)
         if stream is None:
             return
         stream.apply(_I.RECV_DATA)
-        size = len(frame.data)
+        size = len(data)
         if not stream.on_data(size):
             reason = "stream window exceeded"
             self._send_reset(stream, StreamCode.PROTOCOL_ERROR, reason)
             self.events.append(
-                StreamReset(frame.stream_id, StreamCode.PROTOCOL_ERROR, reason, by_peer=False)
+                StreamReset(stream_id, StreamCode.PROTOCOL_ERROR, reason, by_peer=False)
             )
             return
         if size:
             self._table.buffered += size
-            self.events.append(StreamDataReceived(frame.stream_id, frame.data))
+            self.events.append(StreamDataReceived(stream_id, data))
 
     def _on_control(self, frame: Frame, now: float) -> None:
         if isinstance(frame, OpenFrame):

@@ -3,7 +3,8 @@
 :class:`TunnelEvents` is a part of :class:`raven.transport.tunnel.Tunnel`: stream data fed to
 its stream, open answers settled, resets and ends delivered, an incoming OPEN handed to the
 stream handler (one task per stream, its failure answered for it), the handshake's future
-settled, and every event passed on to ``on_event`` afterwards. Nothing here touches the
+settled, and every event but a stream's data and window openings (the stream's own business,
+the most frequent events by far) passed on to ``on_event`` afterwards. Nothing here touches the
 socket or the connection's state: the tunnel's engine calls :meth:`TunnelEvents._dispatch`
 for each event it takes from the connection.
 """
@@ -63,15 +64,17 @@ class TunnelEvents:
         ) -> None: ...
 
     def _dispatch(self, event: ev.Event) -> None:
-        if isinstance(event, ev.StreamDataReceived):
+        if isinstance(event, ev.StreamDataReceived):  # a stream's own business: no on_event
             if (stream := self.streams.get(event.stream_id)) is not None:
                 stream._feed(event.data)
             else:  # nobody will read it: give the credit straight back
                 self._consumed(event.stream_id, len(event.data))
-        elif isinstance(event, ev.StreamWindowOpened):
+            return
+        if isinstance(event, ev.StreamWindowOpened):
             if (stream := self.streams.get(event.stream_id)) is not None:
                 stream._window_opened()
-        elif isinstance(event, ev.StreamOpened):
+            return
+        if isinstance(event, ev.StreamOpened):
             self._incoming_stream(event)
         elif isinstance(event, ev.StreamAccepted):
             if (stream := self.streams.get(event.stream_id)) is not None:
