@@ -253,12 +253,14 @@ class TunnelConnection:
 
     @property
     def has_data_to_send(self) -> bool:
-        """True when data_to_send would return something."""
+        """True when data_to_send would return something (read after every I/O: the channel's
+        output and the multiplexer's scheduler are read directly, not through their
+        properties)."""
         channel = self._channel
-        if channel.bytes_to_send:
+        if channel.output.used:
             return True
         sealing = channel.handshake_complete or (channel.has_keys and self._mux.closed)
-        return sealing and self._mux.has_output
+        return sealing and self._mux.scheduler.has_output
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` must be called next (None: no timer)."""

@@ -93,7 +93,8 @@ class Multiplexer:
         self._initiator = initiator
         self._table = StreamTable(initiator=initiator, limits=limits)
         self.stats = TunnelStats()
-        self._out = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
+        #: what goes out next (read by the connection; only this multiplexer queues into it)
+        self.scheduler = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
         #: registration frames' payload size
         self.chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
@@ -142,7 +143,7 @@ class Multiplexer:
 
     @property
     def has_output(self) -> bool:
-        return self._out.has_output
+        return self.scheduler.has_output
 
     def next_event(self) -> Event | None:
         """The next event, or None when there is none."""
@@ -206,14 +207,14 @@ class Multiplexer:
         if not data:
             return
         stream.enqueue(data)
-        self._out.schedule(stream)
+        self.scheduler.schedule(stream)
 
     def end_stream(self, stream_id: int) -> None:
         """Half-close: END goes out after the data already queued."""
         stream = self._table.local(stream_id)
         stream.apply(_I.SEND_END)
         stream.end_pending = True
-        self._out.schedule(stream)
+        self.scheduler.schedule(stream)
 
     def reset_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
         """Abort a stream; a no-op for a stream that is already gone (races with the peer)."""
@@ -257,14 +258,14 @@ class Multiplexer:
             return self.stats.count_drop("oversize")
         limits = self._limits
         count, size = limits.max_queued_datagrams, limits.max_queued_datagram_bytes
-        if not self._out.queue_datagram(bytes(data), count, size):
+        if not self.scheduler.queue_datagram(bytes(data), count, size):
             return self.stats.count_drop("queue_full")
         return True
 
     def lone_datagram_header(self, size: int) -> bytes | None:
         """The datagram lane: the frame header for a packet of ``size`` bytes that may go
         out alone now (tunnel open, nothing queued, in bounds); None: send_datagram it."""
-        if self._state is not TunnelState.OPEN or self._out.has_output:
+        if self._state is not TunnelState.OPEN or self.scheduler.has_output:
             return None
         return datagram_header(size) if 0 < size <= self._max_datagram else None
 
@@ -331,7 +332,7 @@ class Multiplexer:
                 StreamReset(stream.stream_id, StreamCode.TUNNEL_CLOSED, reason, by_peer=False)
             )
             self.stats.count_reset(StreamCode.TUNNEL_CLOSED.label)
-        self._out.clear()
+        self.scheduler.clear()
         self._input.clear()
         self.events.append(ConnectionTerminated(code, reason, by_peer))
 
@@ -370,21 +371,21 @@ class Multiplexer:
     # ------------------------------------------------------------------ output
 
     def _queue_control(self, frame: bytes) -> None:
-        self._out.queue_control(frame)
+        self.scheduler.queue_control(frame)
 
     def _queue_peer_induced(self, frames: Iterable[bytes]) -> None:
         """Queue replies the peer asked for; a peer that does not read them while it
         keeps asking gets the tunnel closed (the queue holds one whole answer at most
         beyond the cap: a large registration's answer is never cut)."""
-        if self._out.control_bytes > MAX_PEER_INDUCED_CONTROL_BYTES:
+        if self.scheduler.control_bytes > MAX_PEER_INDUCED_CONTROL_BYTES:
             self.close(CloseCode.LIMIT_EXCEEDED, "peer makes us queue too many control frames")
             return
         for frame in frames:
-            self._out.queue_control(frame)
+            self.scheduler.queue_control(frame)
 
     def next_payload(self) -> bytes | None:
         """The frames payload of the next record (at most MAX_RECORD_PAYLOAD_BYTES), or None."""
-        return self._out.next_payload()
+        return self.scheduler.next_payload()
 
     def _on_end_sent(self, stream: Stream) -> None:
         if stream.finished:

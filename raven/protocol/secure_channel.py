@@ -126,7 +126,7 @@ class SecureChannel:
         self._receiver: RecordReceiver | None = None
         self._handshake_hash: bytes | None = None
         self._inbuf = bytearray()
-        self._out = OutputBuffer()
+        self.output = OutputBuffer()
         self._received: list[bytes] = []
         self._now = now
         #: (initiator) wall clock at ``now``, for the timestamps of later re-handshakes
@@ -209,13 +209,13 @@ class SecureChannel:
 
     @property
     def bytes_to_send(self) -> int:
-        """Wire bytes queued and not yet taken by :meth:`data_to_send`."""
-        return self._out.used
+        """Wire bytes queued and not yet taken by :meth:`data_to_send` (``output.used``)."""
+        return self.output.used
 
     # -- output -----------------------------------------------------------------------------
 
     def _queue(self, chunk: bytes) -> None:
-        self._out.append(chunk)
+        self.output.append(chunk)
         self.stats.bytes_sent += len(chunk)
 
     def _queue_message(self, message: bytes) -> None:
@@ -225,11 +225,11 @@ class SecureChannel:
 
     def trim(self) -> None:
         """Release what an idle channel does not need (AEAD objects, scratch, output)."""
-        trim_idle(self._sender, self._receiver, self._out)
+        trim_idle(self._sender, self._receiver, self.output)
 
     def data_to_send(self) -> bytes:
         """All queued wire bytes (empty when none)."""
-        return self._out.take()
+        return self.output.take()
 
     def seal(self, payload: bytes, now: float) -> None:
         """Queue one record carrying ``payload`` (a frames payload of at most
@@ -241,7 +241,7 @@ class SecureChannel:
         if sender is None:
             raise LocalProtocolError("seal() before the handshake completed")
         records, rekeys = sender.records, sender.rekeys
-        written = sender.seal(payload, now, self._out)
+        written = sender.seal(payload, now, self.output)
         stats = self.stats
         stats.bytes_sent += written
         stats.records_sent += sender.records - records
@@ -251,7 +251,7 @@ class SecureChannel:
         """One record of ``head + body`` sealed, counted and returned now, not queued; None
         (:meth:`seal` it) unless established, nothing queued, no key update due."""
         sender = self._sender
-        if sender is None or self._out.used or self.state is not _ESTABLISHED:
+        if sender is None or self.output.used or self.state is not _ESTABLISHED:
             return None
         wire = sender.seal_now(head, body, now)
         if wire is not None:
@@ -262,7 +262,7 @@ class SecureChannel:
     def _seal_control(self, kind: RecordType, payload: bytes) -> None:
         """One HANDSHAKE or SWITCH record under the current sending key."""
         assert self._sender is not None
-        self.stats.bytes_sent += self._sender.seal_control(kind, payload, self._out)
+        self.stats.bytes_sent += self._sender.seal_control(kind, payload, self.output)
         self.stats.records_sent += 1
 
     # -- input ------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class SecureChannel:
         except ProtocolError:
             self._move(ChannelInput.RECV_INVALID)
             self._inbuf = bytearray()
-            self.stats.bytes_sent -= self._out.discard()  # a final CLOSE may follow, no more
+            self.stats.bytes_sent -= self.output.discard()  # a final CLOSE may follow, no more
             raise
         finally:
             self._received = []

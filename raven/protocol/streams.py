@@ -111,14 +111,6 @@ RECEIVING_STATES = frozenset({StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL})
 MAX_SEND_CREDIT = 0xFFFFFFFF
 
 
-def next_state(state: StreamState, event: StreamInput) -> StreamState:
-    """The table lookup; raises Local/RemoteProtocolError on an illegal transition."""
-    try:
-        return TRANSITIONS[(state, event)]
-    except KeyError:
-        raise illegal_move("stream", state, event) from None
-
-
 class Stream:
     """One stream: its state, both credit directions and its send queue."""
 
@@ -163,8 +155,12 @@ class Stream:
         self.scheduled = False
 
     def apply(self, event: StreamInput) -> StreamState:
-        self.state = next_state(self.state, event)
-        return self.state
+        """Move by the table; raises Local/RemoteProtocolError on an illegal transition."""
+        state = TRANSITIONS.get((self.state, event))
+        if state is None:
+            raise illegal_move("stream", self.state, event)
+        self.state = state
+        return state
 
     # ------------------------------------------------------------------ receive side
 

@@ -15,7 +15,6 @@ from raven.protocol.streams import (
     Stream,
     StreamInput,
     StreamState,
-    next_state,
 )
 
 S = StreamState
@@ -26,12 +25,15 @@ I = StreamInput  # noqa: E741
 @pytest.mark.parametrize("event", list(StreamInput))
 def test_every_cell_of_the_table(state: StreamState, event: StreamInput) -> None:
     """Each (state, input) either follows the table or raises, named by whose fault it is."""
+    stream = Stream(1, 1024)
+    stream.state = state
     if (state, event) in TRANSITIONS:
-        assert next_state(state, event) is TRANSITIONS[(state, event)]
+        assert stream.apply(event) is TRANSITIONS[(state, event)] is stream.state
         return
     expected = LocalProtocolError if event.local else RemoteProtocolError
     with pytest.raises(expected, match=event.value):
-        next_state(state, event)
+        stream.apply(event)
+    assert stream.state is state  # an illegal move leaves the stream where it was
 
 
 def test_every_state_is_reachable_and_closed_only_loops() -> None:
