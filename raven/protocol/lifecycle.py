@@ -148,7 +148,8 @@ DRAINING_STATES = frozenset(_DRAINING)
 def illegal_move(what: str, state: enum.Enum, event: enum.Enum) -> ProtocolError:
     """The error of a move missing from a state table (stream, channel or tunnel): a
     RemoteProtocolError for the peer's input (``RECV_*``), a LocalProtocolError for ours.
-    Each table's lookup is written out in its ``next_*`` (one call a move, on the hot path)."""
+    Each table's lookup is written out where its moves are made (``Stream.apply``,
+    ``next_channel_state``, ``next_tunnel_state``: one call a move, on the hot path)."""
     message = f"{event.value} is not allowed on a {what} in state {state.value}"
     if event.name.startswith("RECV_"):
         return RemoteProtocolError(message)

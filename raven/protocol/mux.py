@@ -398,15 +398,16 @@ class Multiplexer:
         frames waiting (raven.protocol.frame_backlog). Raises RemoteProtocolError."""
         if self.closed:
             return
-        self._move(TunnelInput.RECV_FRAMES)
+        if self._state is not TunnelState.OPEN:  # OPEN + RECV_FRAMES stays OPEN (the table)
+            self._move(TunnelInput.RECV_FRAMES)
         self._keepalive.last_received = now
-        packets = split_datagrams(payload)  # the L3 fast path (DATAGRAM frames only)
-        if packets is not None:
-            return self.datagrams.receive_all(packets)
         if not self._input.pending and (data := lone_data(payload)) is not None:
             received = self.stats.frames_received  # as FrameBacklog.act counts it
             received["data"] = received.get("data", 0) + 1
             return self._on_data(*data)  # nothing waits before it: acting now keeps the order
+        packets = split_datagrams(payload)  # the L3 fast path (DATAGRAM frames only)
+        if packets is not None:
+            return self.datagrams.receive_all(packets)
         frames = parse_frames(payload)
         if len(frames) != 1 or type(frames[0]) is not DataFrame:
             over = self._budget.charge(frames, len(payload), now)

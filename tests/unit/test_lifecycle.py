@@ -87,3 +87,9 @@ def test_multiplexer_follows_the_tunnel_table() -> None:
     assert mux.state is TunnelState.CLOSED and mux.closed
     with pytest.raises(LocalProtocolError, match="send_registration"):
         mux.answer_registration([])
+
+
+def test_frames_received_on_an_open_tunnel_leave_it_open() -> None:
+    """Multiplexer.receive_payload skips the move for an OPEN tunnel (once per record): that
+    holds only while the table makes RECV_FRAMES a self-loop on OPEN."""
+    assert TUNNEL_TRANSITIONS[(TunnelState.OPEN, TunnelInput.RECV_FRAMES)] is TunnelState.OPEN
