@@ -198,7 +198,7 @@ class TunnelConnection:
     def input_waiting(self) -> bool:
         """Frames received wait to be acted on (a bounded number is acted on per call):
         call :meth:`resume_input`, next event-loop turn, until this is False."""
-        return self._mux.input_waiting
+        return bool(self._mux.backlog.pending)  # read directly: once per read
 
     def resume_input(self, now: float) -> None:
         """Act on more of the frames received earlier (see :attr:`input_waiting`)."""
@@ -209,7 +209,7 @@ class TunnelConnection:
         """Queue every record of the read, then act on one share of the frames (the bound
         is per read, not per record), unless frames already waited: then the caller's
         resume_input calls, a turn apart, go on with them."""
-        waited = self._mux.input_waiting
+        waited = bool(self._mux.backlog.pending)
         for payload in payloads:
             self._mux.receive_payload(payload, now, act=False)
         if not waited:

@@ -113,7 +113,8 @@ class Multiplexer:
             initiator=initiator, max_entries=limits.max_registration_entries
         )
         self._budget = ControlBudget(limits, now)
-        self._input = FrameBacklog(self._on_data, self._on_control, self.stats.frames_received)
+        #: received frames waiting to be acted on (read by the connection; only this fills it)
+        self.backlog = FrameBacklog(self._on_data, self._on_control, self.stats.frames_received)
 
     # ------------------------------------------------------------------ properties
 
@@ -150,7 +151,7 @@ class Multiplexer:
         return self.events.popleft()
 
     def stream_state(self, stream_id: int) -> StreamState | None:
-        stream = self._table.get(stream_id)
+        stream = self._table.streams.get(stream_id)
         return None if stream is None else stream.state
 
     def add_event(self, event: Event) -> None:
@@ -196,7 +197,7 @@ class Multiplexer:
 
     def send_capacity(self, stream_id: int) -> int:
         """Bytes ``send_stream_data`` accepts now (0 for an unknown or finished stream)."""
-        stream = self._table.get(stream_id)
+        stream = self._table.streams.get(stream_id)
         if stream is None or stream.state not in SENDING_STATES:
             return 0
         return max(0, stream.send_credit)
@@ -218,14 +219,14 @@ class Multiplexer:
 
     def reset_stream(self, stream_id: int, code: StreamCode, reason: str = "") -> None:
         """Abort a stream; a no-op for a stream that is already gone (races with the peer)."""
-        stream = self._table.get(stream_id)
+        stream = self._table.streams.get(stream_id)
         if stream is None or self.closed:
             return
         self._send_reset(stream, code, reason)
 
     def consume_stream_data(self, stream_id: int, size: int) -> None:
         """The application read ``size`` bytes of the stream: credit may flow back."""
-        stream = self._table.get(stream_id)
+        stream = self._table.streams.get(stream_id)
         if stream is None:
             return  # reset or closed meanwhile; its bytes were already released
         grant = stream.state in RECEIVING_STATES and not self.closed
@@ -333,7 +334,7 @@ class Multiplexer:
             )
             self.stats.count_reset(StreamCode.TUNNEL_CLOSED.label)
         self.scheduler.clear()
-        self._input.clear()
+        self.backlog.clear()
         self.events.append(ConnectionTerminated(code, reason, by_peer))
 
     def confirm(self, now: float) -> None:
@@ -401,7 +402,7 @@ class Multiplexer:
         if self._state is not TunnelState.OPEN:  # OPEN + RECV_FRAMES stays OPEN (the table)
             self._move(TunnelInput.RECV_FRAMES)
         self._keepalive.last_received = now
-        if not self._input.pending and (data := lone_data(payload)) is not None:
+        if not self.backlog.pending and (data := lone_data(payload)) is not None:
             received = self.stats.frames_received  # as FrameBacklog.act counts it
             received["data"] = received.get("data", 0) + 1
             return self._on_data(*data)  # nothing waits before it: acting now keeps the order
@@ -415,18 +416,18 @@ class Multiplexer:
                 self.stats.control_budget_exceeded += 1
                 self.close(CloseCode.LIMIT_EXCEEDED, over)
                 return
-        self._input.extend(frames)
+        self.backlog.extend(frames)
         if act:
-            self._input.act(now)
+            self.backlog.act(now)
 
     @property
     def input_waiting(self) -> bool:
         """Received frames wait to be acted on: call :meth:`resume_input` (next turn)."""
-        return bool(self._input.pending)
+        return bool(self.backlog.pending)
 
     def resume_input(self, now: float) -> None:
         """Act on more of the frames that wait (raven.protocol.frame_backlog)."""
-        self._input.act(now)
+        self.backlog.act(now)
 
     def _on_data(self, stream_id: int, data: bytes) -> None:
         stream = self._table.peer(stream_id)

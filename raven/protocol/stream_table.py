@@ -39,9 +39,6 @@ class StreamTable:
     def __len__(self) -> int:
         return len(self.streams)
 
-    def get(self, stream_id: int) -> Stream | None:
-        return self.streams.get(stream_id)
-
     def local(self, stream_id: int) -> Stream:
         """A stream our own call names; LocalProtocolError for one that is not live."""
         stream = self.streams.get(stream_id)

@@ -482,7 +482,7 @@ def test_an_idle_registered_tunnel_holds_no_queues_lists_or_scratch_of_its_own()
     for conn in (agent, gateway):
         conn.trim()
         mux, channel = conn._mux, conn._channel
-        assert mux._input.pending is None
+        assert mux.backlog.pending is None
         assert mux._registration._parts is None
         assert channel._sender is not None and channel._receiver is not None
         assert channel._sender._plain is channel._receiver._scratch  # the shared empty one
