@@ -15,6 +15,9 @@ processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
 
 Usage: python bench/bench_l7.py [--seconds 5] [--conns 16 256] [--paths direct nginx gateway tunnel]
        [--close]  (every request on a new client connection: a new stream, an OPEN, each time)
+       [--rounds N]  (N rounds, the paths alternating within each: medians, and each round's
+                      ratio to nginx in the same round, which this shared machine's drift
+                      between two runs minutes apart does not move)
 Needs wrk and nginx (`sudo scripts/setup --bench` installs them).
 """
 
@@ -26,6 +29,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -225,6 +229,8 @@ class Result:
     cpu_cores: float
     cpu_split: str
     errors: str
+    #: the --rounds round this run belongs to
+    round: int = 0
 
 
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
@@ -292,6 +298,39 @@ def measure(
 # ---------------------------------------------------------------- main
 
 
+def median_result(results: list[Result], path: str, conns: int) -> Result:
+    """One path's runs at one concurrency, as their medians (errors summed as text)."""
+    runs = [r for r in results if r.path == path and r.conns == conns]
+    cpu = [r.cpu_cores for r in runs]
+    return Result(
+        path,
+        conns,
+        statistics.median(r.rps for r in runs),
+        statistics.median(r.p50_ms for r in runs),
+        statistics.median(r.p99_ms for r in runs),
+        statistics.median(cpu) if all(c == c for c in cpu) else float("nan"),
+        "",
+        "; ".join(r.errors for r in runs if r.errors != "-") or "-",
+    )
+
+
+def round_ratios(results: list[Result]) -> str:
+    """Markdown: per path and concurrency, its req/s over nginx's in the same round: median
+    (min-max) and every round's value."""
+    rows = ["| path | conns | req/s / nginx, same round: median (min-max) | each round |",
+            "|---|---|---|---|"]  # fmt: skip
+    nginx = {(r.round, r.conns): r.rps for r in results if r.path == "nginx"}
+    keys = dict.fromkeys((r.path, r.conns) for r in results if r.path != "nginx")
+    for path, conns in keys:
+        ratios = [r.rps / nginx[r.round, conns] for r in results
+                  if (r.path, r.conns) == (path, conns) and nginx.get((r.round, conns))]  # fmt: skip
+        if ratios:
+            each = ", ".join(f"{x:.2f}" for x in ratios)
+            rows.append(f"| {path} | {conns} | {statistics.median(ratios):.2f} "
+                        f"({min(ratios):.2f}-{max(ratios):.2f}) | {each} |")  # fmt: skip
+    return "\n".join(rows)
+
+
 def _ratio(r: Result, ref: dict[int, Result]) -> str:
     return f"{r.rps / ref[r.conns].rps:.2f}" if r.conns in ref and ref[r.conns].rps else "-"
 
@@ -326,6 +365,9 @@ def main() -> int:
     parser.add_argument("--paths", nargs="+", choices=ALL_PATHS, default=list(ALL_PATHS))
     parser.add_argument("--close", action="store_true",
                         help="Connection: close on every request (a new stream each time)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat every path and concurrency, alternating the paths in each "
+                        "round; report medians and each round's ratio to nginx")  # fmt: skip
     parser.add_argument("--role", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
@@ -402,13 +444,17 @@ def main() -> int:
                 procs.append(agent)
                 wait_tunnel_up(port, target_port)
                 setups[path] = (f"http://127.0.0.1:{port}/metrics", host, [gateway.pid, agent.pid])
-            for path in [p for p in ALL_PATHS if p in paths]:
-                url, host_header, pids = setups[path]
+            order = [p for p in ALL_PATHS if p in paths]
+            for round_no in range(args.rounds):
                 for conns in args.conns:
-                    results.append(
-                        measure(path, url, conns, args.seconds, host_header, pids, args.close)
-                    )
-                    print(f"  {path} c={conns}: {results[-1].rps:,.0f} req/s", file=sys.stderr)
+                    # each round alternates the order, so no path always runs first or last
+                    for path in order if round_no % 2 == 0 else order[::-1]:
+                        url, host_header, pids = setups[path]
+                        r = measure(path, url, conns, args.seconds, host_header, pids, args.close)
+                        r.round = round_no
+                        results.append(r)
+                        print(f"  round {round_no + 1} {path} c={conns}: {r.rps:,.0f} req/s",
+                              file=sys.stderr)  # fmt: skip
         finally:
             for proc in reversed(procs):
                 proc.terminate()
@@ -418,7 +464,14 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
     print(f"\nwrk, 100 KB page, {args.seconds:g} s per run, {os.cpu_count()} CPUs, loopback\n")
-    print(markdown(results))
+    if args.rounds == 1:
+        print(markdown(results))
+        return 0
+    print(f"{args.rounds} rounds, the paths alternating within each (medians; a round's ratio "
+          "is to nginx in the same round)\n")  # fmt: skip
+    print(markdown([median_result(results, r.path, r.conns) for r in results if r.round == 0]))
+    print()
+    print(round_ratios(results))
     return 0
 
 
