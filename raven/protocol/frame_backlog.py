@@ -49,6 +49,13 @@ class FrameBacklog:
         if self.pending is not None:
             self.pending.clear()  # the same deque: an act() running on it stops
 
+    def act_on_data(self, stream_id: int, data: bytes) -> None:
+        """Act on one DATA frame: counted, then handed on. The multiplexer calls it directly for
+        a record of one DATA frame when nothing is :attr:`pending` (acting now keeps the order)."""
+        received = self._received
+        received["data"] = received.get("data", 0) + 1
+        self._on_data(stream_id, data)
+
     def act(self, now: float) -> None:
         """Act on frames in order, up to CONTROL_FRAMES_PER_CALL control ones. A handler
         that closes the tunnel clears the backlog, which ends the loop."""
@@ -58,8 +65,7 @@ class FrameBacklog:
         while frames and acted < CONTROL_FRAMES_PER_CALL:
             frame = frames.popleft()
             if type(frame) is DataFrame:
-                received["data"] = received.get("data", 0) + 1
-                self._on_data(frame.stream_id, frame.data)
+                self.act_on_data(frame.stream_id, frame.data)
                 continue
             label = frame.TYPE.label
             received[label] = received.get(label, 0) + 1

@@ -403,9 +403,7 @@ class Multiplexer:
             self._move(TunnelInput.RECV_FRAMES)
         self._keepalive.last_received = now
         if not self.backlog.pending and (data := lone_data(payload)) is not None:
-            received = self.stats.frames_received  # as FrameBacklog.act counts it
-            received["data"] = received.get("data", 0) + 1
-            return self._on_data(*data)  # nothing waits before it: acting now keeps the order
+            return self.backlog.act_on_data(*data)  # nothing waits before it: order is kept
         packets = split_datagrams(payload)  # the L3 fast path (DATAGRAM frames only)
         if packets is not None:
             return self.datagrams.receive_all(packets)
