@@ -3,6 +3,7 @@ optional L3 router, admin API."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -62,6 +63,9 @@ class GatewayApp:
             max_half_open=config.max_half_open_handshakes,
             load_threshold=config.handshake_load_threshold,
             suites=config.accepted_suites(),
+            replica_id=config.replica.resolved_id(),
+            replicas=config.replica.count,
+            websocket=config.websocket,
         )
         self.admin = AdminServer(
             config.admin_listen,
@@ -79,6 +83,7 @@ class GatewayApp:
         # so it is served like the probes: a browser cannot add a bearer token to a page load
         self.admin.add_route("/", self._status_page, public=True)
         self.started_at = time.time()
+        self._started_mono = time.monotonic()
         #: the last http_sd answer, by (registry generation, port)
         self._targets: tuple[tuple[int, int], AdminResponse] | None = None
         self.backfill: Any = None
@@ -135,9 +140,19 @@ class GatewayApp:
                 port.detach()
 
     async def stop(self) -> None:
-        """Graceful drain: GOAWAY to agents, finish open streams (bounded), then stop."""
-        self.loop_lag.stop()
+        """Graceful stop, in the order a rolling update needs: not ready at once (/readyz
+        503: the Service stops sending new connections), new tunnels refused, keep-alive
+        clients told to reconnect elsewhere; ``shutdown_delay_s`` later, drain: in-flight
+        requests finish, agents get GOAWAY and move to the other replicas."""
         self.draining = True
+        self.listener.stop_accepting()
+        if self.proxy is not None:
+            self.proxy.wind_down()
+        delay = self.config.shutdown_delay_s
+        if delay > 0:
+            log.info("shutting down: not ready, draining in %gs", delay)
+            await asyncio.sleep(delay)
+        self.loop_lag.stop()
         timeout = self.config.limits.drain_timeout_s
         if self.proxy is not None:
             await self.proxy.stop(grace_s=timeout)
@@ -178,6 +193,9 @@ class GatewayApp:
             return False, "draining"
         if self.listener.bound is None:
             return False, "tunnel listener not up"
+        warmup = self.config.ready_after_s - (time.monotonic() - self._started_mono)
+        if warmup > 0:
+            return False, f"warming up: agents connecting ({warmup:.0f}s left)"
         return True, ""
 
     def _api_status(self, _request: AdminRequest) -> AdminResponse:

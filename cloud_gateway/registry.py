@@ -52,6 +52,8 @@ class AgentSession:
     nodes: set[str] = field(default_factory=set)
     prefixes: tuple[str, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
+    #: the tunnel registered (it is, or was, the agent's session in the registry)
+    registered: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -7,11 +7,13 @@ import contextlib
 import functools
 import ipaddress
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from cloud_gateway.registry import AgentSession, Registry, check_registration_bounded
-from raven.config.gateway import AuthorisedAgent
+from cloud_gateway.websocket_listener import WebSocketServer
+from raven.config.gateway import AuthorisedAgent, WebSocketConfig
 from raven.hostport import parse_hostport
 from raven.keys import key_id
 from raven.logs import fields
@@ -63,6 +65,9 @@ class TunnelListener:
         max_half_open: int = 1024,
         load_threshold: int = 64,
         suites: Sequence[Suite] = DEFAULT_SUITES,
+        replica_id: str | None = None,
+        replicas: int = 1,
+        websocket: WebSocketConfig | None = None,
     ) -> None:
         self.host, self.port = parse_hostport(listen)
         self.static_private = static_private
@@ -80,11 +85,21 @@ class TunnelListener:
         #: transport suites agents may use (told to each in message 2)
         self.suites = tuple(suites)
         self.tunnels: set[Tunnel] = set()
+        #: told to each agent that asks (ReplicaAsked): who this replica is, how many there are
+        self.replica_id = replica_id or f"gateway-{secrets.token_hex(4)}"
+        self.replicas = replicas
         self.log_throttle = LogThrottle(clock=time.monotonic)
         self.session_hooks: list[SessionHook] = []
         #: serves agent-opened streams (None: they are refused)
         self.agent_stream_service: AgentStreamService | None = None
         self._server: asyncio.Server | None = None
+        #: the WebSocket tunnel port (websocket.listen), None when off
+        self.websocket: WebSocketServer | None = None
+        if websocket is not None and websocket.listen is not None:
+            self.websocket = WebSocketServer(
+                websocket, self._make_tunnel, timeout_s=limits.handshake_timeout_s,
+                on_refused=lambda label: self.metrics.handshakes.labels(f"websocket_{label}").inc(),
+            )  # fmt: skip
         #: one timer for every tunnel's deadlines (made by start, on the running loop)
         self._deadlines: Deadlines | None = None
         self.bound: tuple[str, int] | None = None
@@ -101,6 +116,8 @@ class TunnelListener:
         sock = self._server.sockets[0].getsockname()
         self.bound = (sock[0], sock[1])
         log.info("tunnel listener up addr=%s:%s", self.host, self.bound[1])
+        if self.websocket is not None:
+            await self.websocket.start()
 
     def _make_tunnel(self) -> Tunnel:
         loop = asyncio.get_running_loop()
@@ -173,7 +190,12 @@ class TunnelListener:
         elif isinstance(event, ev.RegistrationReceived):
             session = self._sessions.get(tunnel)
             if session is not None:
+                if not session.registered:
+                    session = self._first_registration(tunnel, session)
                 self._check_registration(tunnel, session, event)
+        elif isinstance(event, ev.ReplicaAsked):
+            if tunnel in self._sessions:
+                tunnel.announce_replica(self.replica_id, self.replicas)
         elif isinstance(event, ev.PongReceived):
             session = self._sessions.get(tunnel)
             if session is not None:
@@ -233,13 +255,23 @@ class TunnelListener:
             return
         tunnel.name = agent.name
         self.metrics.handshakes.labels("ok").inc()
+        # the tunnel becomes the agent's session here (replacing an earlier one) when it
+        # registers: an agent that finds it reached a replica it already holds (one address
+        # for several replicas) closes it first, and the tunnel it holds is left alone
+        self._sessions[tunnel] = AgentSession(agent=agent, tunnel=tunnel)
+
+    def _first_registration(self, tunnel: Tunnel, pending: AgentSession) -> AgentSession:
+        agent = pending.agent
         session = self.registry.add(agent, tunnel)
+        session.connected_since = pending.connected_since
+        session.registered = True
         self._sessions[tunnel] = session
         self.metrics.live.tunnel_up(agent.name, tunnel)
         log.info(
             "tunnel up",
             extra=fields(site=agent.name, agent_key=key_id(agent.public_key), peer=tunnel.peer),
         )
+        return session
 
     def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
         self.tunnels.discard(tunnel)
@@ -271,6 +303,12 @@ class TunnelListener:
                     extra=fields(peer=tunnel.peer, reason=event.reason),
                 )
             return
+        if not session.registered:  # e.g. an agent that already holds this replica
+            log.debug(
+                "tunnel closed before registering",
+                extra=fields(site=session.agent.name, peer=tunnel.peer, reason=event.reason),
+            )
+            return
         self.metrics.live.tunnel_down(session.agent.name, tunnel)
         self.metrics.tunnel_closes.labels(event.code.label).inc()
         self.registry.remove(session.agent, tunnel)
@@ -288,10 +326,23 @@ class TunnelListener:
             ),
         )
 
-    async def drain(self, timeout_s: float) -> None:
-        """Stop accepting, send GOAWAY on every tunnel, let streams finish, then close."""
+    def announce_replicas(self, replicas: int) -> None:
+        """The replica count changed: tell every agent that asked."""
+        self.replicas = replicas
+        for tunnel in list(self._sessions):
+            if tunnel.conn.replica_asked and not tunnel.closed.done():
+                tunnel.announce_replica(self.replica_id, replicas)
+
+    def stop_accepting(self) -> None:
+        """Refuse new tunnels (shutting down); the ones up carry on until :meth:`drain`."""
         if self._server is not None:
             self._server.close()
+        if self.websocket is not None:
+            self.websocket.stop_accepting()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop accepting, send GOAWAY on every tunnel, let streams finish, then close."""
+        self.stop_accepting()
         tunnels = list(self.tunnels)
         for t in tunnels:
             t.go_away("gateway shutting down")
@@ -303,5 +354,7 @@ class TunnelListener:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        if self.websocket is not None:
+            await self.websocket.wait_closed()
         if self._deadlines is not None:
             self._deadlines.close()

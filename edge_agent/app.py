@@ -4,6 +4,7 @@ optional Kubernetes node source, L3 forwarder and GPU exporter."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from edge_agent.dialer import Dialer, DialSettings, GatewayLink
@@ -34,6 +35,9 @@ class AgentApp:
             config.nodes, config.allowed_ports, config.connect_timeout_s, self.metrics_registry
         )
         psk = read_private_key_file(config.psk_file) if config.psk_file else bytes(32)
+        host, port, ws_path = config.gateway_endpoint
+        route = config.gateway_transport(os.environ)
+        plain = ws_path is None and not route.uses_proxy()
         self.settings = DialSettings(
             static_private=read_private_key_file(config.private_key_file),
             gateway_public=decode_key(config.gateway_public_key),
@@ -44,13 +48,17 @@ class AgentApp:
             probe_s=config.reconnect.probe_s,
             probe_for_s=config.reconnect.probe_for_s,
             suites=config.transport_suites(),
+            replica_retry_max_s=config.reconnect.replica_retry_max_s,
+            replica_search_attempts=config.reconnect.replica_search_attempts,
+            transport=None if plain else route,
         )
         self.dialer = Dialer(
-            config.gateway,
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
             self.settings,
             link_factory=self._make_link,
             resolve_interval_s=config.resolve_interval_s,
             dns_server=config.dns_server,
+            registry=self.metrics_registry,
         )
         self.admin = AdminServer(
             config.admin_listen,
@@ -98,7 +106,7 @@ class AgentApp:
         return sorted(self.relay.nodes), list(self.config.subnets)
 
     def _tunnels(self) -> list[Tunnel]:
-        return [link.tunnel for link in self.dialer.links.values() if link.tunnel is not None]
+        return [link.tunnel for link in self.dialer.all_links() if link.tunnel is not None]
 
     def _on_tunnel(self, link: GatewayLink, tunnel: Tunnel | None) -> None:
         if self.backfill is not None:
@@ -165,18 +173,20 @@ class AgentApp:
         await self.admin.stop()
 
     def _ready(self) -> tuple[bool, str]:
-        up = [link for link in self.dialer.links.values() if link.tunnel is not None]
+        up = [link for link in self.dialer.all_links() if link.tunnel is not None]
         if not up:
             return False, "no tunnel to any gateway replica is up"
         return True, ""
 
     def _api_status(self, _request: AdminRequest) -> AdminResponse:
         links = []
-        for link in self.dialer.links.values():
+        for link in self.dialer.all_links():
             links.append(
                 {
                     "gateway": link.label,
+                    "replica": link.replica_id if link.holds else None,
                     "up": link.tunnel is not None,
+                    "via": link.via or None,
                     "rtt_seconds": link.tunnel.rtt_s if link.tunnel else None,
                     "connects": link.connects,
                     "last_error": link.last_error,
@@ -184,7 +194,11 @@ class AgentApp:
                     "refused": [{"entry": e, "reason": r} for e, r in link.refused],
                 }
             )
-        body: dict[str, Any] = {"nodes": sorted(self.relay.nodes), "gateways": links}
+        body: dict[str, Any] = {
+            "nodes": sorted(self.relay.nodes),
+            "gateways": links,
+            "replicas": {"announced": self.dialer.wanted(), "held": len(self.dialer.claims)},
+        }
         if self.backfill is not None:
             body["backfill"] = self.backfill.status_json()
         return AdminResponse.json(body)

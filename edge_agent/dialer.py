@@ -1,9 +1,18 @@
-"""The agent's dialer: one tunnel to every gateway replica, found through DNS.
+"""The agent's dialer: one tunnel to every gateway replica.
 
-The gateway name is resolved with dnspython (A and AAAA). Every address gets its own
-link that dials out, handshakes, registers and serves until the tunnel dies, then
-reconnects with exponential backoff and full jitter. The name is re-resolved
-periodically: new replicas get a link, vanished ones are dropped.
+The gateway name is resolved with dnspython (A and AAAA). Every address gets a link that
+dials out, handshakes, asks which replica it reached, registers and serves until the
+tunnel dies, then reconnects with exponential backoff and full jitter. The name is
+re-resolved periodically: new addresses get a link, vanished ones are dropped.
+
+One address may stand for several replicas (a load balancer, an Ingress, a Service VIP
+spreading connections at random). Each replica tells its id and the replica count after
+the handshake (the REPLICA frame); the dialer is a :class:`ReplicaPool`: a tunnel to a
+replica it already holds is closed before it registers (the gateway leaves the held one
+alone), and while it holds fewer replicas than announced it keeps one more link dialling,
+its retries spaced by ``replica_retry_max_s`` (full jitter) and, after
+``replica_search_attempts`` duplicates in a row, by ``max_backoff_s``
+(docs/networks.md, "One address for every replica").
 """
 
 from __future__ import annotations
@@ -16,18 +25,21 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from raven.backoff import backoff_delay
 from raven.hostport import parse_hostport
 from raven.logs import fields
 from raven.metrics import TunnelMetrics
+from raven.promclient import CollectorRegistry, Counter, Gauge
 from raven.protocol import events as ev
+from raven.protocol.codes import CloseCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.cookie import CookieJar
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
 from raven.protocol.suites import DEFAULT_SUITES, Suite, first_suite
+from raven.transport.gateway_connect import GatewayTransport, TransportFailed, connect_tunnel
 from raven.transport.tunnel import StreamHandler, Tunnel
 
 if TYPE_CHECKING:
@@ -53,6 +65,37 @@ class DialSettings:
     probe_for_s: float = 900.0
     #: transport suites offered, in order of preference (AgentConfig.transport_suites)
     suites: tuple[Suite, ...] = DEFAULT_SUITES
+    #: largest delay between dials that land on replicas already held (ReconnectConfig)
+    replica_retry_max_s: float = 5.0
+    #: duplicates in a row after which those dials are spaced by max_backoff_s
+    replica_search_attempts: int = 30
+    #: TLS/WebSocket and forward proxy between the agent and the gateway (None: plain TCP)
+    transport: GatewayTransport | None = None
+
+
+class DuplicateReplica(Exception):
+    """The tunnel reached a gateway replica another link already holds."""
+
+
+class ReplicaPool(Protocol):
+    """What a link asks of the dialer about the replicas held (the Dialer implements it)."""
+
+    def claim(self, link: GatewayLink) -> bool:
+        """``link`` reached ``link.replica_id``: True to keep it, False when another link
+        holds that replica."""
+        ...
+
+    def release(self, link: GatewayLink) -> None:
+        """``link`` no longer holds a replica (tunnel down or draining)."""
+        ...
+
+    def surplus(self, link: GatewayLink) -> bool:
+        """``link`` found a duplicate and is not needed any more: it stops."""
+        ...
+
+    def counted(self, link: GatewayLink) -> None:
+        """``link`` heard a new replica count."""
+        ...
 
 
 #: Errors that say the network path is broken, not that a gateway answered (refused, busy).
@@ -108,6 +151,7 @@ class GatewayLink:
         on_tunnel: Callable[[GatewayLink, Tunnel | None], None] | None = None,
         on_datagram: Callable[[bytes], None] | None = None,
         rng: random.Random | None = None,
+        pool: ReplicaPool | None = None,
     ) -> None:
         self.address = address
         self.port = port
@@ -132,6 +176,18 @@ class GatewayLink:
         self._lost_at: float | None = None
         #: the suites this gateway accepted last time (None: not connected yet)
         self.peer_suites: frozenset[Suite] | None = None
+        #: the replicas held by the agent (None: this link keeps whatever it reaches)
+        self.pool = pool
+        #: the replica the current tunnel reached and the count it announced (REPLICA)
+        self.replica_id: str | None = None
+        self.replicas = 0
+        #: this link holds its replica (claimed in the pool and not draining)
+        self.holds = False
+        #: dials in a row that reached a replica already held
+        self.duplicates = 0
+        self._announced: asyncio.Future[None] | None = None
+        #: the forward proxy the last attempt went through ("" when direct)
+        self.via = ""
 
     @property
     def label(self) -> str:
@@ -169,6 +225,12 @@ class GatewayLink:
             started = time.monotonic()
             try:
                 await self._connect_once()
+            except DuplicateReplica:
+                if self.pool is not None and self.pool.surplus(self):
+                    self._stopping = True
+                    return
+                await asyncio.sleep(self._duplicate_delay())
+                continue
             except (OSError, ConnectionError, TimeoutError) as exc:
                 self.last_error = str(exc) or type(exc).__name__
                 log.warning(
@@ -194,6 +256,22 @@ class GatewayLink:
                 extra=fields(gateway=self.label, delay_s=round(delay, 2), attempt=self.attempt),
             )
             await asyncio.sleep(delay)
+
+    def _duplicate_delay(self) -> float:
+        """Delay before dialling again after reaching a replica already held: full jitter up
+        to ``replica_retry_max_s`` (a replica coming back is found within seconds), then,
+        after ``replica_search_attempts`` such dials in a row, up to ``max_backoff_s``."""
+        settings = self.settings
+        if self.duplicates == settings.replica_search_attempts:
+            log.warning(
+                "still missing gateway replicas behind one address",
+                extra=fields(gateway=self.label, dials=self.duplicates,
+                             hint="session affinity on the load balancer?"),
+            )  # fmt: skip
+        cap = settings.replica_retry_max_s
+        if self.duplicates >= settings.replica_search_attempts:
+            cap = settings.max_backoff_s
+        return backoff_delay(self.duplicates, settings.min_backoff_s, cap, self.rng)
 
     def _new_connection(self, now: float) -> TunnelConnection:
         """The sans-IO tunnel of one attempt: its suite follows what this gateway accepted
@@ -225,7 +303,7 @@ class GatewayLink:
             connect_s = min(connect_s, 2 * self.settings.probe_s)
         async with asyncio.timeout(self.settings.limits.handshake_timeout_s):
             async with asyncio.timeout(connect_s):
-                await loop.create_connection(lambda: tunnel, self.address, self.port)
+                await self._open(tunnel)
             try:
                 await tunnel.handshake
             except ConnectionError as exc:
@@ -242,10 +320,11 @@ class GatewayLink:
                 ) from None
         self.metrics.handshakes.labels("ok").inc()
         self.peer_suites = conn.peer_suites
+        await self._learn_replica(tunnel)
         self.tunnel = tunnel
         self.connects += 1
         self.metrics.live.tunnel_up(self.label, tunnel)
-        log.info("tunnel up", extra=fields(gateway=self.label))
+        log.info("tunnel up", extra=fields(gateway=self.label, replica=self.replica_id))
         self.reregister()
         if self.on_tunnel is not None:
             self.on_tunnel(self, tunnel)
@@ -255,6 +334,7 @@ class GatewayLink:
         finally:
             self._lost_at = time.monotonic()
             self.peer_suites = conn.peer_suites  # as the last re-handshake told
+            self._let_go()
             self.tunnel = None
             self.metrics.live.tunnel_down(self.label, tunnel)
             if self.on_tunnel is not None:
@@ -265,8 +345,66 @@ class GatewayLink:
             extra=fields(gateway=self.label, code=closed.code.label, reason=closed.reason),
         )
 
+    async def _open(self, tunnel: Tunnel) -> None:
+        """Connect the tunnel's byte stream: TCP, or the layers of ``settings.transport``."""
+        route = self.settings.transport
+        if route is None:
+            loop = asyncio.get_running_loop()
+            await loop.create_connection(lambda: tunnel, self.address, self.port)
+            return
+        proxy = route.proxy(self.address, self.port)
+        self.via = proxy.label if proxy is not None else ""
+        try:
+            await connect_tunnel(tunnel, self.address, self.port, route, proxy)
+        except TransportFailed as exc:
+            self.metrics.transport_failures.labels(exc.stage, exc.label).inc()
+            raise
+
+    async def _learn_replica(self, tunnel: Tunnel) -> None:
+        """Ask which replica the tunnel reached (before registering: a tunnel to a replica
+        already held is closed with the gateway none the wiser) and claim it."""
+        self._announced = asyncio.get_running_loop().create_future()
+        tunnel.ask_replica()
+        try:
+            async with asyncio.timeout(self.settings.limits.handshake_timeout_s):
+                await asyncio.shield(self._announced)
+        except TimeoutError:
+            tunnel.close(CloseCode.NORMAL, "no replica announcement")
+            raise ConnectionError(
+                "the gateway did not say which replica it is (a gateway older than this"
+                " agent? upgrade the gateways first)"
+            ) from None
+        finally:
+            self._announced = None
+        if tunnel.closed.done():
+            raise ConnectionError("tunnel closed before registering")
+        if self.pool is not None and not self.pool.claim(self):
+            self.duplicates += 1
+            log.debug("replica already held", extra=fields(gateway=self.label,
+                                                            replica=self.replica_id))  # fmt: skip
+            tunnel.close(CloseCode.NORMAL, "this agent already holds that replica")
+            await tunnel.aclose()
+            raise DuplicateReplica(self.replica_id)
+        self.duplicates = 0
+        self.holds = True
+
+    def _let_go(self) -> None:
+        if self.holds:
+            self.holds = False
+            if self.pool is not None:
+                self.pool.release(self)
+
     def _on_event(self, tunnel: Tunnel, event: ev.Event) -> None:
-        if isinstance(event, ev.RegistrationAnswered):
+        if isinstance(event, ev.ReplicaAnnounced):
+            self.replica_id, self.replicas = event.replica_id, event.replicas
+            if self._announced is not None and not self._announced.done():
+                self._announced.set_result(None)
+            elif self.pool is not None:
+                self.pool.counted(self)
+        elif isinstance(event, ev.GoAwayReceived):
+            # the replica is draining: the pool may dial for its successor at once
+            self._let_go()
+        elif isinstance(event, ev.RegistrationAnswered):
             self.accepted_nodes = event.accepted_nodes
             self.refused = event.refused
             for entry, reason in event.refused:
@@ -284,8 +422,33 @@ class GatewayLink:
             self.metrics.cookie_replies.inc()
 
 
+class ReplicaMetrics:
+    """The agent's view of the gateway replicas behind its gateway address."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.announced = Gauge(
+            "raven_agent_gateway_replicas",
+            "Gateway replicas the gateways announce (the most any tunnel up was told).",
+            registry=registry,
+        )
+        self.held = Gauge(
+            "raven_agent_gateway_replicas_held",
+            "Distinct gateway replicas this agent holds a tunnel to.",
+            registry=registry,
+        )
+        self.dials = Counter(
+            "raven_agent_replica_dials_total",
+            "Tunnels that reached a replica, by result: new (kept) or duplicate (a replica"
+            " already held: closed before registering).",
+            ["result"],
+            registry=registry,
+        )
+
+
 class Dialer:
-    """Maintains a GatewayLink for every address the gateway name resolves to."""
+    """Holds a tunnel to every gateway replica: a link per address the gateway name
+    resolves to, and more links on an address while the replicas announced outnumber
+    those held (:class:`ReplicaPool`)."""
 
     def __init__(
         self,
@@ -295,12 +458,23 @@ class Dialer:
         link_factory: Callable[[str, int], GatewayLink],
         resolve_interval_s: float,
         dns_server: str | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.host, self.port = parse_hostport(gateway)
+        route = settings.transport
+        #: False: the gateway's name is the one address (TLS checks the name; a forward
+        #: proxy resolves it, the site's DNS may not)
+        self.resolves = route is None or not (route.websocket or route.uses_proxy())
         self.settings = settings
         self.link_factory = link_factory
         self.resolve_interval_s = resolve_interval_s
-        self.links: dict[str, GatewayLink] = {}
+        #: address -> its links (the first dialled when the address appeared)
+        self.links: dict[str, list[GatewayLink]] = {}
+        #: replica id -> the link holding it
+        self.claims: dict[str, GatewayLink] = {}
+        self.replica_metrics = ReplicaMetrics(registry or CollectorRegistry())
+        self.replica_metrics.held.set_function(lambda: len(self.claims))
+        self.replica_metrics.announced.set_function(self.wanted)
         self.resolver: dns.asyncresolver.Resolver | None = None
         if dns_server:
             import dns.asyncresolver
@@ -310,18 +484,86 @@ class Dialer:
             self.resolver.nameservers = [dhost]
             self.resolver.port = dport
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.resolved_once = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="dialer")
 
+    def all_links(self) -> list[GatewayLink]:
+        return [link for links in self.links.values() for link in links]
+
+    def _new_link(self, addr: str) -> GatewayLink:
+        link = self.link_factory(addr, self.port)
+        link.pool = self
+        self.links.setdefault(addr, []).append(link)
+        link.start()
+        return link
+
+    # ------------------------------------------------------------ ReplicaPool
+    def wanted(self) -> int:
+        """Replicas to hold: the largest count a replica we hold announced."""
+        return max((link.replicas for link in self.claims.values()), default=0)
+
+    def claim(self, link: GatewayLink) -> bool:
+        replica = link.replica_id
+        assert replica is not None
+        holder = self.claims.get(replica)
+        if holder is not None and holder is not link:
+            self.replica_metrics.dials.labels("duplicate").inc()
+            return False
+        self.claims[replica] = link
+        link.holds = True
+        self.replica_metrics.dials.labels("new").inc()
+        log.info(
+            "gateway replica held",
+            extra=fields(gateway=link.label, replica=replica, held=len(self.claims),
+                         replicas=self.wanted()),
+        )  # fmt: skip
+        self._search()
+        return True
+
+    def release(self, link: GatewayLink) -> None:
+        for replica, holder in list(self.claims.items()):
+            if holder is link:
+                del self.claims[replica]
+        self._search()
+
+    def surplus(self, link: GatewayLink) -> bool:
+        links = self.links.get(link.address, [])
+        if len(self.claims) < self.wanted() or len(links) < 2 or link not in links:
+            return False
+        links.remove(link)
+        log.info("spare gateway link stopped", extra=fields(gateway=link.label,
+                                                             held=len(self.claims)))  # fmt: skip
+        return True
+
+    def counted(self, link: GatewayLink) -> None:
+        self._search()
+
+    def _search(self) -> None:
+        """While fewer replicas are held than announced and no link is dialling already,
+        start one more link (on the address of a link that reached a replica: one address
+        that spreads connections over several replicas)."""
+        if self._stopping or len(self.claims) >= self.wanted():
+            return
+        if any(not link.holds for link in self.all_links()):
+            return  # a link is dialling (or backing off): it is the search
+        shared = [addr for addr in self.links if any(lk.holds for lk in self.links[addr])]
+        if shared:
+            self._new_link(shared[0])
+
+    # ------------------------------------------------------------ addresses
     async def _run(self) -> None:
         while True:
             await self.refresh()
             await asyncio.sleep(self.resolve_interval_s)
 
     async def refresh(self) -> None:
-        addresses = await resolve_gateway(self.host, self.resolver)
+        if self.resolves:
+            addresses = await resolve_gateway(self.host, self.resolver)
+        else:
+            addresses = [self.host]
         if not addresses:
             log.warning(
                 "gateway name resolves to nothing host=%s (keeping existing links)", self.host
@@ -329,25 +571,24 @@ class Dialer:
             return
         for addr in addresses:
             if addr not in self.links:
-                link = self.link_factory(addr, self.port)
-                self.links[addr] = link
-                link.start()
-                log.info("gateway replica added addr=%s", link.label)
+                link = self._new_link(addr)
+                log.info("gateway address added addr=%s", link.label)
         for addr in list(self.links):
             if addr not in addresses:
-                link = self.links.pop(addr)
-                log.info("gateway replica gone addr=%s", link.label)
-                await link.stop(graceful=True)
+                links = self.links.pop(addr)
+                log.info("gateway address gone addr=%s links=%d", addr, len(links))
+                await asyncio.gather(*(link.stop(graceful=True) for link in links))
         self.resolved_once.set()
 
     def reregister(self) -> None:
-        for link in self.links.values():
+        for link in self.all_links():
             link.reregister()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        links = list(self.links.values())
+        links = self.all_links()
         self.links.clear()
         await asyncio.gather(*(link.stop(graceful=True) for link in links), return_exceptions=True)

@@ -57,6 +57,14 @@ class TunnelMetrics:
             "Diffie-Hellman, accepted by the agent (which then initiates again with mac2).",
             registry=registry,
         )
+        self.transport_failures = Counter(
+            "raven_transport_failures_total",
+            "Attempts to reach the peer that failed below the tunnel, by stage (proxy, tls,"
+            " websocket) and reason (auth_required, forbidden, bad_gateway, dns_failure,"
+            " unreachable, tls_failed, error).",
+            ["stage", "reason"],
+            registry=registry,
+        )
         self.tunnel_closes = Counter(
             "raven_tunnel_closes_total", "Tunnels closed by reason.", ["reason"], registry=registry
         )

@@ -107,6 +107,14 @@ class ProxyServer:
         self._servers.append(server)
         return server
 
+    def wind_down(self) -> None:
+        """Shutting down soon: each response from now on closes its connection
+        (``Connection: close``) and idle keep-alive connections are closed, so clients
+        reconnect (through the Service, to another replica); requests are still served."""
+        self._ctx.draining = True
+        for conn in list(self._ctx.idle):
+            conn.close()
+
     async def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """Stop accepting; in-flight requests get ``grace_s`` to finish, then are cancelled;
         then every connection still open is closed."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raven.config import defaults
 from raven.config.backfill import AgentBackfillConfig
@@ -14,6 +18,10 @@ from raven.cpuflags import cpu_has_aes
 from raven.keys import KeyError_, decode_key
 from raven.protocol.names import node_name_error
 from raven.protocol.suites import Suite, suite_by_name
+from raven.transport.proxy_env import parse_proxy_url
+
+if TYPE_CHECKING:  # asyncio is imported only once the agent knows whether it needs ssl
+    from raven.transport.gateway_connect import GatewayTransport
 
 #: ``cipher`` values besides the suite names.
 CIPHER_AUTO = "auto"
@@ -64,11 +72,76 @@ class ReconnectConfig:
         default=900.0,
     )
 
+    replica_retry_max_s: float = doc(
+        "One gateway address for several replicas (a load balancer): while the agent holds"
+        " fewer replicas than they announce, it dials again at most this far apart (full"
+        " jitter), closing each tunnel that reaches a replica it already holds.",
+        default=5.0,
+    )
+    replica_search_attempts: int = doc(
+        "Dials in a row that reach replicas already held, after which they are spaced by"
+        " `max_backoff_s` instead (a warning says so: session affinity on the load balancer"
+        " would do this).",
+        default=30,
+    )
+
     def __post_init__(self) -> None:
+        if self.replica_retry_max_s <= 0 or self.replica_search_attempts < 1:
+            raise ValueError(
+                "reconnect: need replica_retry_max_s > 0 and replica_search_attempts >= 1"
+            )
         if not 0 < self.min_backoff_s <= self.max_backoff_s:
             raise ValueError("reconnect: need 0 < min_backoff_s <= max_backoff_s")
         if self.probe_s <= 0 or self.probe_for_s < 0:
             raise ValueError("reconnect: need probe_s > 0 and probe_for_s >= 0")
+
+
+@dataclass(frozen=True)
+class GatewayTlsConfig:
+    """TLS to the load balancer or Ingress in front of the gateway (``wss://`` only)."""
+
+    ca_file: str | None = doc(
+        "CA bundle (PEM) that signs the load balancer's certificate; unset: the system's CAs.",
+        default=None,
+    )
+    server_name: str | None = doc(
+        "Name sent in SNI and checked against the certificate; unset: the `gateway` URL's host.",
+        default=None,
+    )
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """The HTTP forward proxy the tunnel goes out through (docs/networks.md, "Forward
+    proxies"). Unset fields fall back to the environment (`https_proxy`/`HTTPS_PROXY`,
+    `no_proxy`/`NO_PROXY`)."""
+
+    url: str | None = doc(
+        "`http://[user:password@]host:port` or `https://...` (TLS to the proxy itself);"
+        " `direct` ignores any proxy in the environment. Unset: `https_proxy`/`HTTPS_PROXY`.",
+        default=None,
+    )
+    no_proxy: list[str] | None = doc(
+        "Destinations reached directly: host names (and every name under them), `.suffix`,"
+        " IP addresses, CIDRs, `*`; any may end in `:port`. Unset: `no_proxy`/`NO_PROXY`.",
+        default=None,
+    )
+    credentials_file: str | None = doc(
+        "File (mode 0600) holding `user:password` for Basic proxy authentication; takes"
+        " precedence over credentials in the URL. Never logged.",
+        default=None,
+    )
+    ca_file: str | None = doc(
+        "CA bundle (PEM) for an `https://` proxy's certificate; unset: the system's CAs.",
+        default=None,
+    )
+
+    def __post_init__(self) -> None:
+        if self.url is not None and self.url.strip().lower() != "direct":
+            try:
+                parse_proxy_url(self.url)
+            except ValueError as exc:
+                raise ValueError(f"proxy.url: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -109,8 +182,11 @@ class AgentConfig:
 
     private_key_file: str = doc("File holding the agent's private key (mode 0600).")
     gateway: str = doc(
-        "Gateway host:port. A DNS name with several addresses (headless Service)"
-        " gets one tunnel per address."
+        "Gateway `host:port` (the raw tunnel over TCP; a DNS name with several addresses, a"
+        " headless Service, gets one tunnel per address; one address in front of several"
+        " replicas, a load balancer, gets one per replica) or `wss://host[:port]/path` (the"
+        " tunnel inside WebSocket over TLS, through TLS-terminating load balancers and"
+        " Ingresses)."
     )
     gateway_public_key: str = doc("The gateway's public key, base64.")
     name: str = doc(
@@ -151,6 +227,10 @@ class AgentConfig:
         "/healthz and /readyz requires (docs/security.md).",
         default=None,
     )
+    tls: GatewayTlsConfig = doc(
+        "TLS to the load balancer (`wss://` only).", default_factory=GatewayTlsConfig
+    )
+    proxy: ProxyConfig = doc("HTTP forward proxy for the tunnel.", default_factory=ProxyConfig)
     reconnect: ReconnectConfig = doc("Reconnect backoff.", default_factory=ReconnectConfig)
     limits: LimitsConfig = doc("Tunnel limits.", default_factory=LimitsConfig)
     tun: TunConfig = doc("L3 forwarding (off unless enabled).", default_factory=TunConfig)
@@ -185,10 +265,40 @@ class AgentConfig:
         and uvloop. Without them the agent runs without ``ssl`` (`raven.without_ssl`)."""
         k8s = self.kubernetes
         uses_api = k8s.enabled or bool(k8s.services) or self.gpu_exporter.kubernetes
-        return uses_api or self.loop != "asyncio"
+        tls = self.gateway_endpoint[2] is not None or self._https_proxy()
+        return uses_api or tls or self.loop != "asyncio"
+
+    def _https_proxy(self) -> bool:
+        url = self.proxy.url
+        if url is None:
+            url = os.environ.get("https_proxy") or os.environ.get("HTTPS_PROXY") or ""
+        return url.strip().lower().startswith("https://")
+
+    @property
+    def gateway_endpoint(self) -> tuple[str, int, str | None]:
+        """(host, port, WebSocket path or None for the raw tunnel) of ``gateway``."""
+        return parse_gateway(self.gateway)
+
+    def gateway_transport(self, environ: Mapping[str, str]) -> GatewayTransport:
+        """How the tunnel reaches the gateway: TLS and WebSocket, forward proxy."""
+        from raven.transport.gateway_connect import GatewayTransport
+
+        host, _, path = self.gateway_endpoint
+        proxy = self.proxy
+        return GatewayTransport(
+            websocket_path=path,
+            host=host,
+            tls_ca_file=self.tls.ca_file,
+            tls_server_name=self.tls.server_name,
+            proxy_url=proxy.url,
+            no_proxy=",".join(proxy.no_proxy) if proxy.no_proxy is not None else None,
+            proxy_credentials_file=proxy.credentials_file,
+            proxy_ca_file=proxy.ca_file,
+            environ=dict(environ),
+        )
 
     def __post_init__(self) -> None:
-        check_hostport("gateway", self.gateway)
+        parse_gateway(self.gateway)
         if self.event_loop not in EVENT_LOOPS:
             choices = ", ".join(EVENT_LOOPS)
             raise ValueError(f"event_loop: {self.event_loop!r} is not one of {choices}")
@@ -230,6 +340,25 @@ def auto_suites(cpuinfo: str = "/proc/cpuinfo") -> tuple[Suite, ...]:
     if cpu_has_aes(cpuinfo):
         return (Suite.AESGCM, Suite.CHACHAPOLY)
     return (Suite.CHACHAPOLY,)
+
+
+def parse_gateway(value: str) -> tuple[str, int, str | None]:
+    """``host:port`` (raw tunnel) or ``wss://host[:port]/path`` (WebSocket over TLS, port 443
+    by default): (host, port, path or None). ValueError showing the expected forms."""
+    if "://" not in value:
+        host, port = check_hostport("gateway", value)
+        return host, port, None
+    parts = urllib.parse.urlsplit(value)
+    forms = "write host:port or wss://host[:port]/path"
+    if parts.scheme != "wss":
+        raise ValueError(f"gateway: {value[:80]!r}: only wss:// URLs are tunnels; {forms}")
+    try:
+        port = parts.port or 443
+    except ValueError:
+        raise ValueError(f"gateway: {value[:80]!r}: bad port; {forms}") from None
+    if not parts.hostname or parts.username is not None or parts.query or parts.fragment:
+        raise ValueError(f"gateway: {value[:80]!r}: {forms}")
+    return parts.hostname, port, parts.path or "/"
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostpo
 from raven.config.loader import doc, load_config
 from raven.cpuflags import cpu_has_aes
 from raven.keys import KeyError_, decode_key
+from raven.protocol.frames import MAX_REPLICAS, replica_id_error
 from raven.protocol.suites import DEFAULT_SUITE, Suite, suite_by_name
 
 #: ``transport_suites`` entry: the default suite, and AES-256-GCM on a CPU with AES instructions.
@@ -164,6 +167,79 @@ class ProxyConfig:
 
 
 @dataclass(frozen=True)
+class WebSocketConfig:
+    """The tunnel inside WebSocket, for agents behind TLS-terminating HTTP load balancers
+    and Ingresses (docs/networks.md, "TLS-terminating load balancers")."""
+
+    listen: str | None = doc(
+        "Where agents' WebSocket upgrades arrive (plain HTTP behind an Ingress that terminates"
+        " TLS, or TLS here with `tls_cert_file`), e.g. `0.0.0.0:10263`. Unset: off. The raw"
+        " tunnel port (`tunnel_listen`) keeps serving alongside.",
+        default=None,
+    )
+    path: str = doc("The URL path agents' `wss://host/path` names.", default="/raven/tunnel")
+    tls_cert_file: str | None = doc(
+        "Serve TLS on this port with this certificate chain (PEM); unset: plain HTTP (TLS"
+        " terminated by the load balancer).",
+        default=None,
+    )
+    tls_key_file: str | None = doc("The certificate's private key (PEM).", default=None)
+    trusted_proxies: list[str] = doc(
+        "Prefixes of the load balancers in front (e.g. the Ingress controller's pod CIDR):"
+        " from these the agent's address is taken from the last `X-Forwarded-For` entry, so"
+        " per-address handshake rate limits apply to agents, not to the load balancer.",
+        default_factory=list,
+    )
+
+    def __post_init__(self) -> None:
+        if self.listen is not None:
+            check_hostport("websocket.listen", self.listen)
+        if not self.path.startswith("/") or any(c in self.path for c in " \r\n?#"):
+            raise ValueError(
+                f"websocket.path: {self.path[:80]!r} must be a path like /raven/tunnel"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("websocket: set tls_cert_file and tls_key_file together")
+        for prefix in self.trusted_proxies:
+            parse_prefix(prefix)
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """How this replica presents itself to agents behind one load-balanced address
+    (docs/networks.md, "One address for every replica")."""
+
+    id: str | None = doc(
+        "This replica's id, told to every agent after its handshake: an agent given one"
+        " load-balanced address tells replicas apart by it. Unset: `$POD_NAME`, else the host"
+        " name and process id.",
+        default=None,
+    )
+    count: int = doc(
+        "How many gateway replicas serve agents (the Deployment's `replicas`): an agent that"
+        " reached this replica through a shared address keeps dialling it until it holds this"
+        " many distinct replicas. 1: a single gateway.",
+        default=1,
+    )
+
+    def __post_init__(self) -> None:
+        if self.id is not None and (error := replica_id_error(self.id)) is not None:
+            raise ValueError(f"replica.id: {self.id[:80]!r} {error}")
+        if not 0 < self.count <= MAX_REPLICAS:
+            raise ValueError(f"replica.count: {self.count} must be 1-{MAX_REPLICAS}")
+
+    def resolved_id(self) -> str:
+        """The id told to agents: ``id``, else ``$POD_NAME``, else ``hostname-pid``."""
+        if self.id is not None:
+            return self.id
+        pod = os.environ.get("POD_NAME", "")
+        if pod and replica_id_error(pod) is None:
+            return pod
+        host = "".join(c if replica_id_error(c) is None else "-" for c in socket.gethostname())
+        return f"{host[:200] or 'gateway'}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     """The cloud gateway."""
 
@@ -221,10 +297,32 @@ class GatewayConfig:
         "Write agents' backfill to Prometheus (docs/backfill.md).",
         default_factory=GatewayBackfillConfig,
     )
+    websocket: WebSocketConfig = doc(
+        "The tunnel inside WebSocket (`wss://`), beside the raw TCP port.",
+        default_factory=WebSocketConfig,
+    )
+    replica: ReplicaConfig = doc(
+        "This replica among several behind one address.", default_factory=ReplicaConfig
+    )
+    shutdown_delay_s: float = doc(
+        "On SIGTERM, how long the replica stays up not-ready (/readyz 503, new tunnels refused,"
+        " keep-alive clients told `Connection: close`) before it drains, so that the load"
+        " balancer stops sending it new scrapes first. Longer than the readiness probe's"
+        " period times its failure threshold plus the endpoints' propagation.",
+        default=0.0,
+    )
+    ready_after_s: float = doc(
+        "/readyz fails for this long after the start, so that agents (which reach a new"
+        " replica through the tunnel Service while it is not ready) connect before scrapes"
+        " are sent to it. 0: ready as soon as the listeners are up.",
+        default=0.0,
+    )
     log: LogConfig = doc("Logging.", default_factory=LogConfig)
 
     def __post_init__(self) -> None:
         check_hostport("tunnel_listen", self.tunnel_listen)
+        if self.shutdown_delay_s < 0 or self.ready_after_s < 0:
+            raise ValueError("shutdown_delay_s and ready_after_s must be >= 0")
         check_hostport("admin_listen", self.admin_listen)
         if self.handshake_load_threshold < 0:
             raise ValueError("handshake_load_threshold must be 0 (always under load) or more")

@@ -362,6 +362,19 @@ class TunnelConnection:
     def send_registration_answer(self, frames: Iterable[bytes]) -> None:
         self._mux.answer_registration(frames)
 
+    def ask_replica(self) -> None:
+        """(agent) Ask which gateway replica this tunnel reached: ReplicaAnnounced answers."""
+        self._mux.ask_replica()
+
+    @property
+    def replica_asked(self) -> bool:
+        """(gateway) The agent asked which replica it reached (it understands REPLICA)."""
+        return self._mux.replica_asked
+
+    def announce_replica(self, replica_id: str, replicas: int) -> None:
+        """(gateway) Answer ReplicaAsked; again whenever the replica count changes."""
+        self._mux.announce_replica(replica_id, replicas)
+
     # ------------------------------------------------------------------ lifecycle
 
     def go_away(self, code: CloseCode, reason: str = "", now: float | None = None) -> None:

@@ -122,6 +122,21 @@ class RegistrationAnswered(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaAsked(Event):
+    """(gateway side) The agent asked which replica it reached: answer with
+    ``announce_replica`` (and again whenever the replica count changes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAnnounced(Event):
+    """(agent side) The gateway replica this tunnel reached, and how many replicas serve
+    the address it dialled."""
+
+    replica_id: str
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
 class PongReceived(Event):
     """A PONG answered our PING; ``rtt_s`` is the measured round-trip time."""
 

@@ -52,6 +52,7 @@ class FrameType(enum.IntEnum):
     REGISTER_RESULT = 10
     GOAWAY = 11
     CLOSE = 12
+    REPLICA = 13
 
     @property
     def label(self) -> str:
@@ -178,6 +179,27 @@ class CloseFrame:
     reason: str = ""
 
 
+#: Longest replica id (ASCII letters, digits, ``.``, ``_``, ``-``): a Kubernetes pod name fits.
+MAX_REPLICA_ID_BYTES = 253
+#: Most replicas a gateway may announce (u16).
+MAX_REPLICAS = 0xFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFrame:
+    """Which gateway replica this tunnel reached, and how many replicas serve the same
+    address. The agent's empty one asks (``replica_id`` ""), the gateway's answers, then again
+    whenever its count changes (docs/protocol.md, "Gateway replicas")."""
+
+    TYPE: ClassVar[FrameType] = FrameType.REPLICA
+    replica_id: str = ""
+    replicas: int = 0
+
+    @property
+    def is_question(self) -> bool:
+        return not self.replica_id
+
+
 Frame = (
     DataFrame
     | OpenFrame
@@ -192,6 +214,7 @@ Frame = (
     | RegisterResultFrame
     | GoAwayFrame
     | CloseFrame
+    | ReplicaFrame
 )
 
 _STREAM_TYPES = frozenset(
@@ -282,7 +305,27 @@ def encode_frame(frame: Frame) -> bytes:
         body += encode_entries(ENTRY_PREFIX, frame.accepted_prefixes, check_prefix)
         body += b"".join(encode_refused(entry, reason) for entry, reason in frame.refused)
         return _frame(FrameType.REGISTER_RESULT, 0, body, FLAG_FINAL if frame.final else 0)
+    if isinstance(frame, ReplicaFrame):
+        if frame.is_question:
+            return _frame(FrameType.REPLICA, 0, b"")
+        if replica_id_error(frame.replica_id) is not None or not 0 < frame.replicas <= MAX_REPLICAS:
+            raise LocalProtocolError(f"bad replica announcement {frame!r}")
+        body = _U16.pack(frame.replicas) + frame.replica_id.encode("ascii")
+        return _frame(FrameType.REPLICA, 0, body)
     raise LocalProtocolError(f"not a frame: {frame!r}")  # pragma: no cover
+
+
+_REPLICA_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def replica_id_error(replica_id: str) -> str | None:
+    """Why ``replica_id`` cannot name a gateway replica, or None: 1-253 characters of
+    letters, digits, ``.``, ``_`` and ``-`` (a pod name, a host name, ``name-pid``)."""
+    if not 0 < len(replica_id) <= MAX_REPLICA_ID_BYTES:
+        return f"must be 1-{MAX_REPLICA_ID_BYTES} characters"
+    if not _REPLICA_ID_CHARS.issuperset(replica_id):
+        return "only letters, digits, '.', '_' and '-'"
+    return None
 
 
 def _chunk(entries: Iterable[bytes], ftype: FrameType, max_payload: int) -> Iterator[bytes]:
@@ -457,6 +500,17 @@ def _close_body(body: bytes, what: str) -> tuple[CloseCode, str]:
     return _close_code(body[0]), decode_reason(body[1:])
 
 
+def _d_replica(_stream_id: int, body: bytes, _final: bool) -> Frame:
+    if not body:
+        return ReplicaFrame()
+    _need(body, 3, "REPLICA")
+    (replicas,) = _U16.unpack_from(body)
+    replica_id = body[2:].decode("ascii", "replace")
+    if replicas == 0 or replica_id_error(replica_id) is not None:
+        raise RemoteProtocolError("REPLICA frame with no replicas or a bad replica id")
+    return ReplicaFrame(replica_id, replicas)
+
+
 def _d_register(_stream_id: int, body: bytes, final: bool) -> Frame:
     nodes, prefixes, _ = read_entries(body, result=False)
     return RegisterFrame(tuple(nodes), tuple(prefixes), final)
@@ -477,6 +531,7 @@ _DECODERS: dict[FrameType, Callable[[int, bytes, bool], Frame]] = {
     FrameType.PING: lambda _s, body, _f: PingFrame(_opaque(body, "PING")),
     FrameType.PONG: lambda _s, body, _f: PongFrame(_opaque(body, "PONG")),
     FrameType.REGISTER: _d_register,
+    FrameType.REPLICA: _d_replica,
     FrameType.REGISTER_RESULT: _d_register_result,
     FrameType.GOAWAY: lambda _s, body, _f: GoAwayFrame(*_close_body(body, "GOAWAY")),
     FrameType.CLOSE: lambda _s, body, _f: CloseFrame(*_close_body(body, "CLOSE")),

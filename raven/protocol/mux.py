@@ -24,13 +24,15 @@ from raven.protocol.datagram_path import (
     lone_datagram,
     split_datagrams,
 )
-from raven.protocol.errors import LocalProtocolError
+from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.event_queue import EventQueue
 from raven.protocol.events import (
     ConnectionTerminated,
     Event,
     GoAwayReceived,
     PongReceived,
+    ReplicaAnnounced,
+    ReplicaAsked,
     StreamDataReceived,
     StreamOpened,
     StreamRefused,
@@ -52,6 +54,7 @@ from raven.protocol.frames import (
     PongFrame,
     RegisterFrame,
     RegisterResultFrame,
+    ReplicaFrame,
     ResetFrame,
     encode_frame,
     encode_register,
@@ -113,6 +116,8 @@ class Multiplexer:
             initiator=initiator, max_entries=limits.max_registration_entries
         )
         self._budget = ControlBudget(limits, now)
+        #: (responder) the agent asked which replica it reached: it gets the count's changes
+        self.replica_asked = False
         #: received frames waiting to be acted on (read by the connection; only this fills it)
         self.backlog = FrameBacklog(self._on_data, self._on_control, self.stats.frames_received)
 
@@ -461,12 +466,40 @@ class Multiplexer:
             registration = self._registration.feed(frame)
             if registration is not None:
                 self.events.append(registration)
+        elif isinstance(frame, ReplicaFrame):
+            self._on_replica(frame)
         elif isinstance(frame, GoAwayFrame):
             if self._state not in (TunnelState.DRAINING_REMOTE, TunnelState.DRAINING_BOTH):
                 self._move(TunnelInput.RECV_GOAWAY)
                 self.events.append(GoAwayReceived(frame.code, frame.reason))
         elif isinstance(frame, CloseFrame):
             self.abort(frame.code, frame.reason, by_peer=True)
+
+    def _on_replica(self, frame: ReplicaFrame) -> None:
+        if frame.is_question == self._initiator:
+            raise RemoteProtocolError(
+                "REPLICA question sent to the agent"
+                if self._initiator
+                else "REPLICA announcement sent to the gateway"
+            )
+        if self._initiator:
+            self.events.append(ReplicaAnnounced(frame.replica_id, frame.replicas))
+        else:
+            self.replica_asked = True
+            self.events.append(ReplicaAsked())
+
+    def ask_replica(self) -> None:
+        """(initiator) Ask the gateway which replica this is (ReplicaAnnounced answers)."""
+        if not self._initiator:
+            raise LocalProtocolError("only the initiator (agent) asks which replica it reached")
+        self._queue_control(encode_frame(ReplicaFrame()))
+
+    def announce_replica(self, replica_id: str, replicas: int) -> None:
+        """(responder) Tell an agent that asked (``replica_asked``) which replica this is
+        and how many there are; a peer-induced answer, bounded like a PONG."""
+        if self._initiator or not self.replica_asked:
+            raise LocalProtocolError("only the gateway announces, and only to an agent that asked")
+        self._queue_peer_induced([encode_frame(ReplicaFrame(replica_id, replicas))])
 
     def _on_open(self, frame: OpenFrame) -> None:
         stream_id = frame.stream_id

@@ -257,6 +257,14 @@ class Tunnel(CopyingReader, TunnelEvents):
         """Send a registration's answer (frames of ``conn.registration_answer``)."""
         self._call(lambda c: c.send_registration_answer(frames))
 
+    def ask_replica(self) -> None:
+        """(agent) Ask which gateway replica this is: ReplicaAnnounced reaches on_event."""
+        self._call(lambda c: c.ask_replica())
+
+    def announce_replica(self, replica_id: str, replicas: int) -> None:
+        """(gateway) Tell an agent that asked which replica this is and how many there are."""
+        self._call(lambda c: c.announce_replica(replica_id, replicas))
+
     def go_away(self, reason: str = "shutting down") -> None:
         """Start draining: no new streams either way; open ones go on. A tunnel still
         in its handshake has nothing to drain: it is closed."""

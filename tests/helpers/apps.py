@@ -26,7 +26,7 @@ async def gateway_and_agent(
         agent = AgentApp(agent_config(f"127.0.0.1:{gateway.listener.bound[1]}"))
         try:
             await agent.start()
-            await wait_for(lambda: any(link.tunnel for link in agent.dialer.links.values()))
+            await wait_for(lambda: any(link.tunnel for link in agent.dialer.all_links()))
             yield gateway, agent
         finally:
             await agent.stop()

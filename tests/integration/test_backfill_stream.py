@@ -54,7 +54,7 @@ async def test_backfill_stream_bad_input(tmp_path: Path) -> None:
         gw_config, lambda address: agent_config(ag, gw, address, {"edge-a-1": "127.0.0.1"})
     )
     async with apps as (gateway, agent):
-        tunnel = next(link.tunnel for link in agent.dialer.links.values() if link.tunnel)
+        tunnel = next(link.tunnel for link in agent.dialer.all_links() if link.tunnel)
         # only the backfill pseudo-target is served
         with pytest.raises(StreamOpenError):
             await tunnel.open_stream("edge-a-1", 9100, timeout_s=5)

@@ -37,7 +37,7 @@ async def test_reload_widens_narrows_and_removes_an_agent(tmp_path: Path) -> Non
     async with apps as (gateway, agent):
         await wait_for(lambda: gateway.registry.agents_for("edge-1"))
         assert not gateway.registry.agents_for("gpu-1")  # refused by the narrow rules
-        link = next(iter(agent.dialer.links.values()))
+        link = agent.dialer.all_links()[0]
         # widen: the agent's tunnel is closed, it reconnects and registers under the new rules
         gateway.reload(with_agents(gateway.config, wide))
         await wait_for(lambda: link.connects == 2, timeout_s=10)

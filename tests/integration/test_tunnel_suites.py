@@ -47,7 +47,7 @@ async def test_scrape_through_an_aes_256_gcm_tunnel(tmp_path: Path) -> None:
             await wait_for(lambda: gateway.registry.agents_for("edge-gpu-1"))
             [session] = gateway.registry.agents_for("edge-gpu-1")
             assert session.tunnel.conn.suite is Suite.AESGCM
-            [link] = agent.dialer.links.values()
+            [link] = agent.dialer.all_links()
             assert link.tunnel is not None and link.tunnel.conn.suite is Suite.AESGCM
             response = await scrape(gateway.proxy.http_address, "edge-gpu-1", port)
             assert response.startswith(b"HTTP/1.1 200")
@@ -76,7 +76,7 @@ async def test_an_agent_forcing_aes_is_refused_by_a_gateway_that_does_not_accept
             await wait_for(
                 lambda: sample(registry, "raven_handshakes_total", result="unsupported_suite") >= 1
             )
-            [link] = agent.dialer.links.values()
+            [link] = agent.dialer.all_links()
             await wait_for(lambda: "offered aes-256-gcm" in link.last_error)
             assert link.connects == 0 and not gateway.registry.sessions
         finally:
@@ -105,8 +105,8 @@ async def test_an_auto_agent_upgrades_then_follows_a_gateway_that_stops_acceptin
     second: GatewayApp | None = None
     try:
         await agent.start()
-        await wait_for(lambda: any(link.tunnel for link in agent.dialer.links.values()))
-        [link] = agent.dialer.links.values()
+        await wait_for(lambda: any(link.tunnel for link in agent.dialer.all_links()))
+        [link] = agent.dialer.all_links()
         await wait_for(lambda: link.tunnel is not None and link.tunnel.conn.suite is Suite.AESGCM)
         assert link.tunnel is not None and link.tunnel.conn.stats.rehandshakes == 1
         await first.stop()
