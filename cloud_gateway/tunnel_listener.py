@@ -104,6 +104,8 @@ class TunnelListener:
         self._deadlines: Deadlines | None = None
         self.bound: tuple[str, int] | None = None
         self._sessions: dict[Tunnel, AgentSession] = {}
+        #: agent key -> its tunnels here whose handshake completed (the replay guard's "live")
+        self._confirmed: dict[bytes, int] = {}
         #: the registration being checked per tunnel (a newer one replaces it)
         self._checks: dict[Tunnel, asyncio.Task[None]] = {}
 
@@ -149,9 +151,9 @@ class TunnelListener:
         await self.agent_stream_service(session, stream, node, port)
 
     def _has_session(self, public_key: bytes) -> bool:
-        """Does this agent key have a confirmed tunnel here now (replay guard, strict)?"""
-        agent = self.registry.agent_for_key(public_key)
-        return agent is not None and agent.name in self.registry.sessions
+        """Does this agent key have a confirmed tunnel here now (replay guard, strict)?
+        Registered or not yet (a tunnel becomes the agent's session when it registers)."""
+        return self._confirmed.get(public_key, 0) > 0
 
     def _half_open(self) -> int:
         return len(self.tunnels) - len(self._sessions)
@@ -191,7 +193,7 @@ class TunnelListener:
             session = self._sessions.get(tunnel)
             if session is not None:
                 if not session.registered:
-                    session = self._first_registration(tunnel, session)
+                    session = self._promote(tunnel, session)
                 self._check_registration(tunnel, session, event)
         elif isinstance(event, ev.ReplicaAsked):
             if tunnel in self._sessions:
@@ -255,12 +257,17 @@ class TunnelListener:
             return
         tunnel.name = agent.name
         self.metrics.handshakes.labels("ok").inc()
-        # the tunnel becomes the agent's session here (replacing an earlier one) when it
-        # registers: an agent that finds it reached a replica it already holds (one address
-        # for several replicas) closes it first, and the tunnel it holds is left alone
-        self._sessions[tunnel] = AgentSession(agent=agent, tunnel=tunnel)
+        session = AgentSession(agent=agent, tunnel=tunnel)
+        self._sessions[tunnel] = session
+        key = agent.public_key_bytes
+        self._confirmed[key] = self._confirmed.get(key, 0) + 1
+        # with a tunnel of this agent's up here, the new one replaces it only when it
+        # registers: an agent that reached a replica it already holds (one address in front
+        # of several replicas) closes the new tunnel first, and the held one is left alone
+        if agent.name not in self.registry.sessions:
+            self._promote(tunnel, session)
 
-    def _first_registration(self, tunnel: Tunnel, pending: AgentSession) -> AgentSession:
+    def _promote(self, tunnel: Tunnel, pending: AgentSession) -> AgentSession:
         agent = pending.agent
         session = self.registry.add(agent, tunnel)
         session.connected_since = pending.connected_since
@@ -279,6 +286,12 @@ class TunnelListener:
         if check is not None:
             check.cancel()
         session = self._sessions.pop(tunnel, None)
+        if session is not None:
+            key = session.agent.public_key_bytes
+            if self._confirmed.get(key, 0) <= 1:
+                self._confirmed.pop(key, None)
+            else:
+                self._confirmed[key] -= 1
         if session is None:
             # never authenticated: one line, a metric, no answer was given
             if event.code is CloseCode.AUTH_FAILED:

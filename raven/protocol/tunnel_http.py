@@ -12,7 +12,6 @@ gets :class:`HttpHeadError` and the connection is closed.
 from __future__ import annotations
 
 import base64
-import hashlib
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -88,6 +87,8 @@ def connect_request(host: str, port: int, proxy_authorization: str | None = None
 
 def websocket_accept(key: str) -> str:
     """The Sec-WebSocket-Accept value a server answers ``key`` with."""
+    import hashlib  # here: a plain agent never loads OpenSSL's hashes (its RSS)
+
     digest = hashlib.sha1((key + WEBSOCKET_GUID).encode("ascii")).digest()  # noqa: S324 (RFC 6455)
     return base64.b64encode(digest).decode("ascii")
 

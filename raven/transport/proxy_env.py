@@ -126,11 +126,13 @@ def bypasses(no_proxy: str, host: str, port: int) -> bool:
                 return True
             continue
         try:
-            if addr is not None and ipaddress.ip_address(entry) == addr:
+            entry_addr = ipaddress.ip_address(entry)
+        except ValueError:
+            entry_addr = None
+        if entry_addr is not None:  # an address matches only itself
+            if entry_addr == addr:
                 return True
             continue
-        except ValueError:
-            pass
         entry = entry.rstrip(".")
         if entry.startswith("*."):
             entry = entry[1:]

@@ -235,9 +235,10 @@ def net(lab: Lab) -> Iterator[Net]:
         "websocket": {"listen": f"{GATEWAY}:{WS_PORT}", "trusted_proxies": ["10.96.2.0/24"]},
         "log": {"level": "info"},
     }
-    (lab.workdir / "gateway.yaml").write_text(yaml.safe_dump(config))
-    gateway = lab.process(cloud, "gateway", [*raven_cmd(), "gateway", "--config",
-                                             str(lab.workdir / "gateway.yaml")], env=python_env())  # fmt: skip
+    gw_config = lab.workdir / "gateway.yaml"
+    gw_config.write_text(yaml.safe_dump(config))
+    argv = [*raven_cmd(), "gateway", "--config", str(gw_config)]
+    gateway = lab.process(cloud, "gateway", argv, env=python_env())
     cloud.wait_for_http(GATEWAY, ADMIN_PORT, "/healthz", timeout_s=30, proc=gateway)
     start_squid(lab, dmz)
     start_nginx(lab, cloud, cert, key)
