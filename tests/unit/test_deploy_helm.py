@@ -162,7 +162,24 @@ def documented_backfill_values() -> dict[str, Any]:
     return values
 
 
+def behind_one_address() -> dict[str, Any]:
+    """Agents outside the cluster: a LoadBalancer for every replica, WebSocket via an Ingress."""
+    values = two_sites()
+    values["gateway"] |= {
+        "replicas": 3,
+        "tunnelService": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["203.0.113.0/24"]},
+        "websocket": {
+            "enabled": True,
+            "trustedProxies": ["10.244.0.0/16"],
+            "ingress": {"enabled": True, "host": "raven.example.com", "tlsSecret": "raven-tls"},
+        },
+    }
+    values["networkPolicy"] = {"enabled": True}
+    return values
+
+
 VARIANTS: dict[str, Callable[[], dict[str, Any]]] = {
+    "behind-one-address": behind_one_address,
     "docs-kubernetes-md": documented_values,
     "docs-backfill": documented_backfill_values,
     "backfill-pvc": with_backfill,
@@ -316,8 +333,8 @@ def test_network_policies_name_real_ports(
         names = {p["name"] for w in pods for c in pod_spec(w)["containers"] for p in c["ports"]}
         for rule in policy["spec"]["ingress"]:
             assert {p["port"] for p in rule["ports"]} <= names
-            if "from" not in rule:
-                assert [p["port"] for p in rule["ports"]] == ["tunnel"]
+            if "from" not in rule:  # open to anyone: the tunnel ports only
+                assert {p["port"] for p in rule["ports"]} <= {"tunnel", "websocket"}
     if values.get("sites") and not values.get("l3", {}).get("enabled"):
         agents = find(objs, "NetworkPolicy", "raven-agents")
         (rule,) = agents["spec"]["ingress"]
@@ -474,3 +491,42 @@ def test_admin_token_reaches_the_processes_and_the_http_sd_scrape() -> None:
         "type": "Bearer",
         "credentials": {"name": "raven-admin-token", "key": "token"},
     }
+
+
+def test_replicas_behind_one_address_drain_in_order_and_websocket_ingress() -> None:
+    """The chart's defaults match the shutdown sequence (not ready at once, serve for the
+    delay, drain, exit within the grace period) and the replica count agents are told."""
+    objs = render(behind_one_address())
+    by = {ident(o): o for o in objs}
+    deploy = by[("Deployment", NAMESPACE, f"{RELEASE}-gateway")]
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    probe = container["readinessProbe"]
+    cfg_map = by[("ConfigMap", NAMESPACE, f"{RELEASE}-gateway-config")]
+    cfg = yaml.safe_load(cfg_map["data"]["gateway.yaml"])
+    assert cfg["replica"] == {"count": 3}
+    delay, drain = cfg["shutdown_delay_s"], cfg["limits"]["drain_timeout_s"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] < delay
+    assert pod["terminationGracePeriodSeconds"] >= delay + drain + 5
+    assert cfg["ready_after_s"] > 0
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in (
+        container["env"]
+    )
+    assert cfg["websocket"]["listen"].endswith(":10268")
+    lb = by[("Service", NAMESPACE, f"{RELEASE}-gateway-tunnel-lb")]
+    assert lb["spec"]["type"] == "LoadBalancer" and lb["spec"]["publishNotReadyAddresses"]
+    assert {p["name"] for p in lb["spec"]["ports"]} == {"tunnel", "websocket"}
+    headless = by[("Service", NAMESPACE, f"{RELEASE}-gateway-tunnel")]
+    assert headless["spec"]["publishNotReadyAddresses"]
+    ingress = by[("Ingress", NAMESPACE, f"{RELEASE}-gateway-websocket")]
+    notes = ingress["metadata"]["annotations"]
+    assert notes["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "3600"
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["http"]["paths"][0]["path"] == cfg["websocket"]["path"]
+
+
+def test_grace_period_shorter_than_the_drain_fails_the_render() -> None:
+    values = two_sites()
+    values["gateway"] |= {"terminationGracePeriodSeconds": 10}
+    with pytest.raises(Exception, match="terminationGracePeriodSeconds"):
+        render(values)
