@@ -9,6 +9,10 @@ Paths compared (each middle box its own process, so CPU is measured per box from
     tunnel:   wrk -> `raven gateway` proxy ==tunnel==> `raven agent` -> target  (full path)
     tunnel-uvloop: the same with the agent on uvloop (``event_loop: uvloop``) instead of
               the standard library's event loop (its default)
+    tunnel-ws: the full path with the tunnel inside WebSocket (``ws://``, no TLS: the
+              framing's own cost)
+    tunnel-wss: the same over TLS (``wss://``; the gateway terminates TLS itself here, as a
+              TLS-terminating load balancer would in front of it)
 
 Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the middle
 processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
@@ -44,7 +48,9 @@ from tests.helpers import free_port  # noqa: E402
 
 NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
-ALL_PATHS = ("direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-uvloop")
+ALL_PATHS = (
+    "direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-uvloop", "tunnel-ws", "tunnel-wss"
+)  # fmt: skip
 
 
 def metrics_page() -> bytes:
@@ -162,12 +168,44 @@ async def role_proxy(listen_port: int, target_port: int) -> None:
     await asyncio.Event().wait()
 
 
+def self_signed(tmp: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for ``name`` signed by itself (the agent's CA file), and its key."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = tmp / f"{name}.pem", tmp / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_path, key_path
+
+
 def write_tunnel_configs(
-    tmp: Path, target_port: int, event_loop: str | None = None, streams_per_node: int = 64
+    tmp: Path,
+    target_port: int,
+    event_loop: str | None = None,
+    streams_per_node: int = 64,
+    wss: str = "",
 ) -> tuple[Path, Path, int]:
     from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
 
-    name = event_loop or "default"
+    name = (event_loop or "default") + (f"-{wss}" if wss else "")
     gw_key, agent_key = generate_private_key(), generate_private_key()
     write_private_key_file(tmp / f"gw-{name}.key", gw_key)
     write_private_key_file(tmp / f"agent-{name}.key", agent_key)
@@ -186,11 +224,22 @@ def write_tunnel_configs(
         f"  - name: bench-site\n    public_key: {encode_key(public_key(agent_key))}\n"
         f"    nodes: [{NODE}]\n"
     )
+    gateway = f"127.0.0.1:{tunnel_port}"
+    if wss == "ws":
+        ws_port = free_port()
+        gw.write_text(gw.read_text() + f"websocket: {{listen: 127.0.0.1:{ws_port}}}\n")
+        gateway = f"ws://localhost:{ws_port}/raven/tunnel"
+    elif wss == "wss":
+        cert, key = self_signed(tmp, "localhost")
+        ws_port = free_port()
+        gw.write_text(gw.read_text() + f"websocket: {{listen: 127.0.0.1:{ws_port},"
+                      f" tls_cert_file: {cert}, tls_key_file: {key}}}\n")  # fmt: skip
+        gateway = f"wss://localhost:{ws_port}/raven/tunnel\ntls: {{ca_file: {cert}}}"
     agent = tmp / f"agent-{name}.yaml"
     agent.write_text(
         (f"event_loop: {event_loop}\n" if event_loop else "")
         + f"private_key_file: {tmp / f'agent-{name}.key'}\n"
-        f"gateway: 127.0.0.1:{tunnel_port}\n"
+        f"gateway: {gateway}\n"
         f"gateway_public_key: {encode_key(public_key(gw_key))}\n"
         f"admin_listen: 127.0.0.1:{free_port()}\n"
         "log: {level: warning}\n"
@@ -353,6 +402,11 @@ def markdown(results: list[Result]) -> str:
             f"| {r.path} | {r.conns} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | {cpu} "
             f"| {per} | {_ratio(r, ref)} | {_ratio(r, ref_ka)} | {added} | {r.errors} |"
         )
+    raw = {r.conns: r for r in results if r.path == "tunnel"}
+    for r in results:
+        if r.path in ("tunnel-ws", "tunnel-wss") and r.conns in raw:
+            rows.append(f"\n{r.path} / tunnel at c={r.conns}: {_ratio(r, raw)} of the raw"
+                        " tunnel's req/s")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -428,13 +482,15 @@ def main() -> int:
                 procs.append(gw)
                 wait_port(port)
                 setups["gateway"] = (f"http://127.0.0.1:{port}/metrics", host, [gw.pid])
-            for path, event_loop in (("tunnel", None), ("tunnel-uvloop", "uvloop")):
+            tunnels = (("tunnel", None, ""), ("tunnel-uvloop", "uvloop", ""),
+                       ("tunnel-ws", None, "ws"), ("tunnel-wss", None, "wss"))  # fmt: skip
+            for path, event_loop, wss in tunnels:
                 if path not in paths:
                     continue
                 # every wrk connection scrapes the one node here: the per-node limit (64 by default,
                 # 503 beyond) would measure refusals at c=256, not the relay
                 gw_conf, agent_conf, port = write_tunnel_configs(
-                    tmp, target_port, event_loop, max(64, *args.conns)
+                    tmp, target_port, event_loop, max(64, *args.conns), wss
                 )
                 cli = [sys.executable, "-m", "raven.cli"]
                 gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT)

@@ -265,7 +265,7 @@ class AgentConfig:
         and uvloop. Without them the agent runs without ``ssl`` (`raven.without_ssl`)."""
         k8s = self.kubernetes
         uses_api = k8s.enabled or bool(k8s.services) or self.gpu_exporter.kubernetes
-        tls = self.gateway_endpoint[2] is not None or self._https_proxy()
+        tls = self.gateway.startswith("wss://") or self._https_proxy()
         return uses_api or tls or self.loop != "asyncio"
 
     def _https_proxy(self) -> bool:
@@ -287,6 +287,7 @@ class AgentConfig:
         proxy = self.proxy
         return GatewayTransport(
             websocket_path=path,
+            websocket_tls=not self.gateway.startswith("ws://"),
             host=host,
             tls_ca_file=self.tls.ca_file,
             tls_server_name=self.tls.server_name,
@@ -343,17 +344,19 @@ def auto_suites(cpuinfo: str = "/proc/cpuinfo") -> tuple[Suite, ...]:
 
 
 def parse_gateway(value: str) -> tuple[str, int, str | None]:
-    """``host:port`` (raw tunnel) or ``wss://host[:port]/path`` (WebSocket over TLS, port 443
-    by default): (host, port, path or None). ValueError showing the expected forms."""
+    """``host:port`` (raw tunnel), ``wss://host[:port]/path`` (WebSocket over TLS, port 443
+    by default) or ``ws://host[:port]/path`` (WebSocket without TLS, port 80: for an HTTP
+    load balancer inside a trusted network; the tunnel stays Noise-encrypted inside):
+    (host, port, WebSocket URL path or None). ValueError showing the expected forms."""
     if "://" not in value:
         host, port = check_hostport("gateway", value)
         return host, port, None
     parts = urllib.parse.urlsplit(value)
     forms = "write host:port or wss://host[:port]/path"
-    if parts.scheme != "wss":
-        raise ValueError(f"gateway: {value[:80]!r}: only wss:// URLs are tunnels; {forms}")
+    if parts.scheme not in ("wss", "ws"):
+        raise ValueError(f"gateway: {value[:80]!r}: only wss:// and ws:// URLs; {forms}")
     try:
-        port = parts.port or 443
+        port = parts.port or (443 if parts.scheme == "wss" else 80)
     except ValueError:
         raise ValueError(f"gateway: {value[:80]!r}: bad port; {forms}") from None
     if not parts.hostname or parts.username is not None or parts.query or parts.fragment:

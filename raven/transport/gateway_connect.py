@@ -48,6 +48,8 @@ class GatewayTransport:
 
     #: wss://: the WebSocket path (None: the raw tunnel over TCP)
     websocket_path: str | None = None
+    #: wss:// (TLS to the load balancer) rather than ws://
+    websocket_tls: bool = True
     #: the name in the Host header and TLS SNI (wss://) and in CONNECT (through a proxy)
     host: str = ""
     tls_ca_file: str | None = None
@@ -210,19 +212,23 @@ async def connect_tunnel(
         if early:
             app.data_received(early)
         return transport
-    server_name = settings.tls_server_name or settings.host or address
-    try:
-        tls = await loop.start_tls(
-            transport, ex, client_tls_context(settings.tls_ca_file), server_hostname=server_name
-        )
-    except (OSError, ConnectionError) as exc:
-        transport.abort()
-        raise TransportFailed("tls", "tls_failed", f"TLS to {server_name}: {exc}") from None
-    if tls is None:  # pragma: no cover - closed during the TLS handshake
-        raise TransportFailed("tls", "tls_failed", f"TLS to {server_name}: connection closed")
+    tls: asyncio.Transport = transport
+    if settings.websocket_tls:
+        server_name = settings.tls_server_name or settings.host or address
+        try:
+            upgraded = await loop.start_tls(
+                transport, ex, client_tls_context(settings.tls_ca_file), server_hostname=server_name
+            )
+        except (OSError, ConnectionError) as exc:
+            transport.abort()
+            raise TransportFailed("tls", "tls_failed", f"TLS to {server_name}: {exc}") from None
+        if upgraded is None:  # pragma: no cover - closed during the TLS handshake
+            raise TransportFailed("tls", "tls_failed", f"TLS to {server_name}: connection closed")
+        tls = upgraded
     key = base64.b64encode(os.urandom(16)).decode("ascii")
     host = settings.host or address
-    host_header = host if port == 443 else f"{host}:{port}"
+    default_port = 443 if settings.websocket_tls else 80
+    host_header = host if port == default_port else f"{host}:{port}"
     ex.expect()
     assert settings.websocket_path is not None
     tls.write(th.upgrade_request(host_header, settings.websocket_path, key,
@@ -232,7 +238,7 @@ async def connect_tunnel(
         tls.abort()
         raise TransportFailed(
             "websocket", th.refusal_label(head.status),
-            f"wss://{host_header}{settings.websocket_path}: no WebSocket upgrade ({head.what()})",
+            f"{host_header}{settings.websocket_path}: no WebSocket upgrade ({head.what()})",
         )  # fmt: skip
     if head.headers.get("sec-websocket-accept") != th.websocket_accept(key):
         tls.abort()
