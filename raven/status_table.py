@@ -134,3 +134,33 @@ def render_status(data: dict[str, Any]) -> str:
     if backfill:
         out += ["\nbackfill (samples an agent stored while its tunnel was down)\n", backfill]
     return "".join(out)
+
+
+def render_agent_status(data: dict[str, Any]) -> str:
+    """An agent's links (``raven status --agent``): one row per gateway connection, then the
+    last error of every link that is down, in full (a refused proxy, a TLS failure)."""
+    links = data.get("gateways", [])
+    replicas = data.get("replicas", {})
+    rows = [
+        [g["gateway"], "up" if g["up"] else "down", g.get("replica") or "-",
+         g.get("via") or "direct", fmt_ms(g.get("rtt_seconds")), str(g.get("connects", 0)),
+         str(g.get("accepted_nodes", 0))]
+        for g in links
+    ]  # fmt: skip
+    up = sum(1 for g in links if g["up"])
+    out = [
+        f"agent: {up}/{len(links)} gateway links up, {replicas.get('held', 0)} of "
+        f"{replicas.get('announced', 0)} replicas held, {len(data.get('nodes', []))} nodes\n\n",
+        table(
+            ["GATEWAY", "STATE", "REPLICA", "VIA", "RTT", "CONNECTS", "NODES"],
+            rows,
+            right={4, 5, 6},
+        )
+        if rows
+        else "no gateway links yet\n",
+    ]
+    errors = [(g["gateway"], g["last_error"]) for g in links if not g["up"] and g["last_error"]]
+    if errors:
+        out.append("\nlast errors\n")
+        out += [f"{gateway}: {error}\n" for gateway, error in errors]
+    return "".join(out)

@@ -34,6 +34,13 @@ def register_status(subparsers: Any) -> argparse.ArgumentParser:
         help="the gateway's admin URL (default %(default)s)",
     )
     p.add_argument(
+        "--agent",
+        "-a",
+        metavar="URL",
+        help="show an agent's own view instead (its admin URL, e.g. http://127.0.0.1:10266):"
+        " each gateway link, the replica it holds, the proxy it goes through, its last error",
+    )
+    p.add_argument(
         "--output",
         "-o",
         choices=["table", "json"],
@@ -55,8 +62,11 @@ class StatusError(Exception):
     """The status could not be read; the message says why and what to do."""
 
 
-def fetch_status(url: str, token: str | None, timeout_s: float) -> dict[str, Any]:
-    """GET ``url``/api/v1/status; StatusError with a one-line reason on any failure."""
+def fetch_status(
+    url: str, token: str | None, timeout_s: float, *, agent: bool = False
+) -> dict[str, Any]:
+    """GET ``url``/api/v1/status (a gateway's, or with ``agent`` an agent's); StatusError
+    with a one-line reason on any failure."""
     api = url.rstrip("/") + "/api/v1/status"
     if not api.startswith(("http://", "https://")):
         raise StatusError(f"--gateway {url!r}: give an http:// or https:// URL")
@@ -87,8 +97,10 @@ def fetch_status(url: str, token: str | None, timeout_s: float) -> dict[str, Any
         data = json.loads(body)
     except ValueError:
         raise StatusError(f"{api}: not JSON; is this a Raven gateway's admin port?") from None
-    if not isinstance(data, dict) or not {"agents", "nodes", "errors"} <= set(data):
-        raise StatusError(f"{api}: not a Raven status document (a gateway older than 0.2?)")
+    keys = {"gateways", "nodes"} if agent else {"agents", "nodes", "errors"}
+    if not isinstance(data, dict) or not keys <= set(data):
+        what = "an agent's" if agent else "a gateway's (a gateway older than 0.2?)"
+        raise StatusError(f"{api}: not {what} status document")
     return data
 
 
@@ -102,7 +114,7 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from raven.status_table import render_status
+    from raven.status_table import render_agent_status, render_status
 
     try:
         token = _token(args)
@@ -110,13 +122,17 @@ def _status(args: argparse.Namespace) -> int:
         print(f"raven status: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        data = fetch_status(args.gateway, token, args.timeout_s)
+        data = fetch_status(
+            args.agent or args.gateway, token, args.timeout_s, agent=bool(args.agent)
+        )
     except StatusError as exc:
         print(f"raven status: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     if args.output == "json":
         json.dump(data, sys.stdout, indent=2)
         print()
+    elif args.agent:
+        print(render_agent_status(data), end="")
     else:
         print(render_status(data), end="")
     return EXIT_OK

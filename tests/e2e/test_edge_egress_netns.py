@@ -330,6 +330,10 @@ def test_raw_tunnel_through_squid_with_basic_auth_and_a_wrong_password_told_clea
     assert 'reason="auth_required",stage="proxy"' in metrics, metrics
     log = agent.log_text()
     assert "407" in log and "wrong-password" not in log and PASSWORD not in log
+    # the operator's view: `raven status --agent` names the refusal and what to fix
+    shown = net.site.run([*raven_cmd(), "status", "--agent",
+                          f"http://{AGENT_ADMIN[0]}:{AGENT_ADMIN[1]}"])  # fmt: skip
+    assert "0/1 gateway links up" in shown and "407" in shown and "proxy credentials" in shown
 
 
 def test_websocket_through_a_tls_ingress_with_plain_tcp_blocked_and_a_wrong_ca_refused(
