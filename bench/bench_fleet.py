@@ -201,7 +201,7 @@ async def role_agents(spec_path: str, first: int, count: int) -> None:
     """``count`` agents, each a real GatewayLink (own key, own handshake) and its own Relay."""
     from prometheus_client import CollectorRegistry
 
-    from edge_agent.dialer import DialSettings, GatewayLink
+    from edge_agent.gateway_link import DialSettings, GatewayLink
     from edge_agent.relay import Relay
     from raven.config.agent import auto_suites
     from raven.keys import decode_key, read_private_key_file

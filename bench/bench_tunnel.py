@@ -125,7 +125,7 @@ async def role_gateway(port: int, tunnel_port: int, keydir: str, source_port: in
 async def role_agent(tunnel_port: int, keydir: str, source_port: int, cipher: str) -> None:
     from prometheus_client import CollectorRegistry
 
-    from edge_agent.dialer import DialSettings, GatewayLink
+    from edge_agent.gateway_link import DialSettings, GatewayLink
     from edge_agent.relay import Relay
     from raven.keys import public_key, read_private_key_file
     from raven.metrics import TunnelMetrics

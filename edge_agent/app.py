@@ -7,7 +7,8 @@ import logging
 import os
 from typing import Any
 
-from edge_agent.dialer import Dialer, DialSettings, GatewayLink
+from edge_agent.dialer import Dialer
+from edge_agent.gateway_link import DialSettings, GatewayLink
 from edge_agent.relay import Relay
 from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.admin.asyncio_backend import AsyncioBackend
@@ -23,6 +24,29 @@ from raven.transport.tunnel import Tunnel
 log = logging.getLogger(__name__)
 
 
+def dial_settings(config: AgentConfig) -> DialSettings:
+    """How the agent's links dial: keys, limits, backoff, and the layers between the agent
+    and the gateway (None for plain TCP: no proxy, no WebSocket)."""
+    _, _, ws_path = config.gateway_endpoint
+    route = config.gateway_transport(os.environ)
+    plain = ws_path is None and not route.uses_proxy()
+    reconnect = config.reconnect
+    return DialSettings(
+        static_private=read_private_key_file(config.private_key_file),
+        gateway_public=decode_key(config.gateway_public_key),
+        psk=read_private_key_file(config.psk_file) if config.psk_file else bytes(32),
+        limits=config.limits.to_limits(),
+        min_backoff_s=reconnect.min_backoff_s,
+        max_backoff_s=reconnect.max_backoff_s,
+        probe_s=reconnect.probe_s,
+        probe_for_s=reconnect.probe_for_s,
+        suites=config.transport_suites(),
+        replica_retry_max_s=reconnect.replica_retry_max_s,
+        replica_search_attempts=reconnect.replica_search_attempts,
+        transport=None if plain else route,
+    )
+
+
 class AgentApp:
     """Everything one edge agent runs."""
 
@@ -34,24 +58,8 @@ class AgentApp:
         self.relay = Relay(
             config.nodes, config.allowed_ports, config.connect_timeout_s, self.metrics_registry
         )
-        psk = read_private_key_file(config.psk_file) if config.psk_file else bytes(32)
-        host, port, ws_path = config.gateway_endpoint
-        route = config.gateway_transport(os.environ)
-        plain = ws_path is None and not route.uses_proxy()
-        self.settings = DialSettings(
-            static_private=read_private_key_file(config.private_key_file),
-            gateway_public=decode_key(config.gateway_public_key),
-            psk=psk,
-            limits=config.limits.to_limits(),
-            min_backoff_s=config.reconnect.min_backoff_s,
-            max_backoff_s=config.reconnect.max_backoff_s,
-            probe_s=config.reconnect.probe_s,
-            probe_for_s=config.reconnect.probe_for_s,
-            suites=config.transport_suites(),
-            replica_retry_max_s=config.reconnect.replica_retry_max_s,
-            replica_search_attempts=config.reconnect.replica_search_attempts,
-            transport=None if plain else route,
-        )
+        self.settings = dial_settings(config)
+        host, port, _ = config.gateway_endpoint
         self.dialer = Dialer(
             f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
             self.settings,

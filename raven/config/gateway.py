@@ -15,7 +15,7 @@ from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostpo
 from raven.config.loader import doc, load_config
 from raven.cpuflags import cpu_has_aes
 from raven.keys import KeyError_, decode_key
-from raven.protocol.frames import MAX_REPLICAS, replica_id_error
+from raven.protocol.names import MAX_REPLICAS, replica_id_error
 from raven.protocol.suites import DEFAULT_SUITE, Suite, suite_by_name
 
 #: ``transport_suites`` entry: the default suite, and AES-256-GCM on a CPU with AES instructions.

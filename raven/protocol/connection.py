@@ -22,11 +22,11 @@ from raven.protocol.cookie import CookieJar, CookieResponder
 from raven.protocol.datagram_path import DatagramSink
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import CookieReplied, Event, HandshakeCompleted
-from raven.protocol.frames import encode_register_result
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.lifecycle import TunnelState
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer, TunnelStats
+from raven.protocol.registration import encode_register_result
 from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import DEFAULT_SUITES, Suite
 
@@ -364,16 +364,16 @@ class TunnelConnection:
 
     def ask_replica(self) -> None:
         """(agent) Ask which gateway replica this tunnel reached: ReplicaAnnounced answers."""
-        self._mux.ask_replica()
+        self._mux.replica.ask()
 
     @property
     def replica_asked(self) -> bool:
         """(gateway) The agent asked which replica it reached (it understands REPLICA)."""
-        return self._mux.replica_asked
+        return self._mux.replica.asked
 
     def announce_replica(self, replica_id: str, replicas: int) -> None:
         """(gateway) Answer ReplicaAsked; again whenever the replica count changes."""
-        self._mux.announce_replica(replica_id, replicas)
+        self._mux.replica.announce(replica_id, replicas)
 
     # ------------------------------------------------------------------ lifecycle
 

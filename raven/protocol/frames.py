@@ -12,9 +12,8 @@ one or more whole frames; a frame never spans two records.
 from __future__ import annotations
 
 import enum
-import itertools
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,11 +28,11 @@ from raven.protocol.frame_fields import (
     decode_node,
     decode_reason,
     encode_entries,
-    encode_entry,
     encode_reason,
     encode_refused,
     read_entries,
 )
+from raven.protocol.names import MAX_REPLICAS, replica_id_error
 
 
 class FrameType(enum.IntEnum):
@@ -179,12 +178,6 @@ class CloseFrame:
     reason: str = ""
 
 
-#: Longest replica id (ASCII letters, digits, ``.``, ``_``, ``-``): a Kubernetes pod name fits.
-MAX_REPLICA_ID_BYTES = 253
-#: Most replicas a gateway may announce (u16).
-MAX_REPLICAS = 0xFFFF
-
-
 @dataclass(frozen=True, slots=True)
 class ReplicaFrame:
     """Which gateway replica this tunnel reached, and how many replicas serve the same
@@ -313,59 +306,6 @@ def encode_frame(frame: Frame) -> bytes:
         body = _U16.pack(frame.replicas) + frame.replica_id.encode("ascii")
         return _frame(FrameType.REPLICA, 0, body)
     raise LocalProtocolError(f"not a frame: {frame!r}")  # pragma: no cover
-
-
-_REPLICA_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def replica_id_error(replica_id: str) -> str | None:
-    """Why ``replica_id`` cannot name a gateway replica, or None: 1-253 characters of
-    letters, digits, ``.``, ``_`` and ``-`` (a pod name, a host name, ``name-pid``)."""
-    if not 0 < len(replica_id) <= MAX_REPLICA_ID_BYTES:
-        return f"must be 1-{MAX_REPLICA_ID_BYTES} characters"
-    if not _REPLICA_ID_CHARS.issuperset(replica_id):
-        return "only letters, digits, '.', '_' and '-'"
-    return None
-
-
-def _chunk(entries: Iterable[bytes], ftype: FrameType, max_payload: int) -> Iterator[bytes]:
-    """Pack encoded entries into as few frames as fit ``max_payload``, each frame made as
-    it fills (lazily: the entries are encoded as they are consumed); the last is FINAL."""
-    chunk: list[bytes] = []
-    size = 0
-    for entry in entries:
-        if size + len(entry) > max_payload and chunk:
-            yield _frame(ftype, 0, b"".join(chunk))
-            chunk, size = [], 0
-        chunk.append(entry)
-        size += len(entry)
-    yield _frame(ftype, 0, b"".join(chunk), FLAG_FINAL)
-
-
-def encode_register(
-    nodes: Iterable[str], prefixes: Iterable[str], max_payload: int = MAX_FRAME_PAYLOAD_BYTES
-) -> list[bytes]:
-    """REGISTER frames carrying the whole set; the last one has FLAG_FINAL."""
-    entries = [encode_entry(ENTRY_NODE, check_node_name(n).encode("ascii")) for n in nodes]
-    entries += [encode_entry(ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in prefixes]
-    return list(_chunk(entries, FrameType.REGISTER, max_payload))
-
-
-def encode_register_result(
-    accepted_nodes: Iterable[str],
-    accepted_prefixes: Iterable[str],
-    refused: Iterable[tuple[str, str]],
-    max_payload: int = MAX_FRAME_PAYLOAD_BYTES,
-) -> Iterator[bytes]:
-    """REGISTER_RESULT frames carrying the whole answer, each encoded when it is asked for
-    (an answer of 16,384 names is ~16 frames: a caller on an event loop can take one per
-    turn); the last one has FLAG_FINAL."""
-    entries = itertools.chain(
-        (encode_entry(ENTRY_NODE, check_node_name(n).encode("ascii")) for n in accepted_nodes),
-        (encode_entry(ENTRY_PREFIX, check_prefix(p).encode("ascii")) for p in accepted_prefixes),
-        (encode_refused(entry, reason) for entry, reason in refused),
-    )
-    return _chunk(entries, FrameType.REGISTER_RESULT, max_payload)
 
 
 # --------------------------------------------------------------------------- parsing

@@ -24,15 +24,13 @@ from raven.protocol.datagram_path import (
     lone_datagram,
     split_datagrams,
 )
-from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
+from raven.protocol.errors import LocalProtocolError
 from raven.protocol.event_queue import EventQueue
 from raven.protocol.events import (
     ConnectionTerminated,
     Event,
     GoAwayReceived,
     PongReceived,
-    ReplicaAnnounced,
-    ReplicaAsked,
     StreamDataReceived,
     StreamOpened,
     StreamRefused,
@@ -57,14 +55,14 @@ from raven.protocol.frames import (
     ReplicaFrame,
     ResetFrame,
     encode_frame,
-    encode_register,
     lone_data,
     parse_frames,
 )
 from raven.protocol.keepalive import Keepalive
 from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, next_tunnel_state
 from raven.protocol.limits import Limits
-from raven.protocol.registration import RegistrationAssembler
+from raven.protocol.registration import RegistrationAssembler, encode_register
+from raven.protocol.replica_exchange import ReplicaExchange
 from raven.protocol.scheduler import Scheduler, TunnelStats
 from raven.protocol.stream_control import apply_stream_control, finish_stream
 from raven.protocol.stream_table import StreamTable
@@ -116,8 +114,8 @@ class Multiplexer:
             initiator=initiator, max_entries=limits.max_registration_entries
         )
         self._budget = ControlBudget(limits, now)
-        #: (responder) the agent asked which replica it reached: it gets the count's changes
-        self.replica_asked = False
+        #: REPLICA frames: ``replica.ask()`` (agent), ``replica.announce(...)`` (gateway)
+        self.replica = ReplicaExchange(initiator, self._queue_control, self._queue_peer_induced)
         #: received frames waiting to be acted on (read by the connection; only this fills it)
         self.backlog = FrameBacklog(self._on_data, self._on_control, self.stats.frames_received)
 
@@ -467,39 +465,13 @@ class Multiplexer:
             if registration is not None:
                 self.events.append(registration)
         elif isinstance(frame, ReplicaFrame):
-            self._on_replica(frame)
+            self.events.append(self.replica.receive(frame))
         elif isinstance(frame, GoAwayFrame):
             if self._state not in (TunnelState.DRAINING_REMOTE, TunnelState.DRAINING_BOTH):
                 self._move(TunnelInput.RECV_GOAWAY)
                 self.events.append(GoAwayReceived(frame.code, frame.reason))
         elif isinstance(frame, CloseFrame):
             self.abort(frame.code, frame.reason, by_peer=True)
-
-    def _on_replica(self, frame: ReplicaFrame) -> None:
-        if frame.is_question == self._initiator:
-            raise RemoteProtocolError(
-                "REPLICA question sent to the agent"
-                if self._initiator
-                else "REPLICA announcement sent to the gateway"
-            )
-        if self._initiator:
-            self.events.append(ReplicaAnnounced(frame.replica_id, frame.replicas))
-        else:
-            self.replica_asked = True
-            self.events.append(ReplicaAsked())
-
-    def ask_replica(self) -> None:
-        """(initiator) Ask the gateway which replica this is (ReplicaAnnounced answers)."""
-        if not self._initiator:
-            raise LocalProtocolError("only the initiator (agent) asks which replica it reached")
-        self._queue_control(encode_frame(ReplicaFrame()))
-
-    def announce_replica(self, replica_id: str, replicas: int) -> None:
-        """(responder) Tell an agent that asked (``replica_asked``) which replica this is
-        and how many there are; a peer-induced answer, bounded like a PONG."""
-        if self._initiator or not self.replica_asked:
-            raise LocalProtocolError("only the gateway announces, and only to an agent that asked")
-        self._queue_peer_induced([encode_frame(ReplicaFrame(replica_id, replicas))])
 
     def _on_open(self, frame: OpenFrame) -> None:
         stream_id = frame.stream_id

@@ -92,3 +92,20 @@ def is_ip_literal(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+#: Longest replica id (ASCII letters, digits, ``.``, ``_``, ``-``): a Kubernetes pod name fits.
+MAX_REPLICA_ID_BYTES = 253
+#: Most replicas a gateway may announce (the REPLICA frame's u16).
+MAX_REPLICAS = 0xFFFF
+_REPLICA_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def replica_id_error(replica_id: str) -> str | None:
+    """Why ``replica_id`` cannot name a gateway replica, or None: 1-253 characters of
+    letters, digits, ``.``, ``_`` and ``-`` (a pod name, a host name, ``name-pid``)."""
+    if not 0 < len(replica_id) <= MAX_REPLICA_ID_BYTES:
+        return f"must be 1-{MAX_REPLICA_ID_BYTES} characters"
+    if not _REPLICA_ID_CHARS.issuperset(replica_id):
+        return "only letters, digits, '.', '_' and '-'"
+    return None

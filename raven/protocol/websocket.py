@@ -14,7 +14,6 @@ simply the next bytes of the stream.
 from __future__ import annotations
 
 import functools
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,21 +78,21 @@ def mask_bytes(mask: bytes, data: bytes | bytearray | memoryview) -> bytearray:
 
 
 def encode_frame(
-    payload: bytes | bytearray | memoryview, *, opcode: int = BINARY, masked: bool
+    payload: bytes | bytearray | memoryview, *, opcode: int = BINARY, mask_key: bytes | None
 ) -> bytes:
-    """One final frame; ``masked`` (the client's frames) with a fresh random key."""
+    """One final frame; the client's are masked with ``mask_key`` (4 fresh random bytes per
+    frame, RFC 6455 5.3: the adapter draws them), the server's are not (None)."""
     n = len(payload)
-    mbit = _MASKED if masked else 0
+    mbit = _MASKED if mask_key is not None else 0
     if n < 126:
         head = bytes((_FIN | opcode, mbit | n))
     elif n < 1 << 16:
         head = bytes((_FIN | opcode, mbit | 126)) + _U16.pack(n)
     else:
         head = bytes((_FIN | opcode, mbit | 127)) + _U64.pack(n)
-    if not masked:
+    if mask_key is None:
         return head + bytes(payload)
-    key = os.urandom(4)
-    return head + key + mask_bytes(key, payload)
+    return head + mask_key + mask_bytes(mask_key, payload)
 
 
 def close_payload(code: int, reason: str = "") -> bytes:
@@ -128,50 +127,15 @@ class FrameReader:
         chunks: list[bytes] = []
         controls: list[Control] = []
         pos = 0
-        size = len(buf)
-        while size - pos >= 2:
-            b0, b1 = buf[pos], buf[pos + 1]
-            if b0 & 0x70:
-                raise WebSocketError("reserved bits set (no extension was negotiated)")
-            opcode = b0 & 0x0F
-            if bool(b1 & _MASKED) != self._masked:
-                raise WebSocketError(
-                    "unmasked frame from a client" if self._masked else "masked frame from a server"
-                )
-            n = b1 & 0x7F
-            head = 2
-            if n == 126:
-                if size - pos < 4:
-                    break
-                (n,) = _U16.unpack_from(buf, pos + 2)
-                head = 4
-            elif n == 127:
-                if size - pos < 10:
-                    break
-                (n,) = _U64.unpack_from(buf, pos + 2)
-                head = 10
-            if opcode >= 0x8:
-                if n > MAX_CONTROL_BYTES or not b0 & _FIN:
-                    raise WebSocketError("control frame too long or fragmented")
-            elif opcode not in (BINARY, CONTINUATION):
-                raise WebSocketError(
-                    "text frame on a binary tunnel" if opcode == TEXT else f"opcode {opcode}"
-                )
-            if n > self._max:
-                raise WebSocketError(f"frame of {n} bytes (at most {self._max})")
-            key_at = pos + head
-            start = key_at + (4 if self._masked else 0)
-            end = start + n
-            if end > size:
-                break
+        while (frame := self._next_frame(buf, pos)) is not None:
+            opcode, start, end = frame
             if self._masked:
-                payload = bytes(mask_bytes(bytes(buf[key_at:start]), memoryview(buf)[start:end]))
+                key = bytes(buf[start - 4 : start])
+                payload = bytes(mask_bytes(key, memoryview(buf)[start:end]))
             else:
                 payload = bytes(buf[start:end])
             pos = end
             if opcode >= 0x8:
-                if opcode not in (CLOSE, PING, PONG):
-                    raise WebSocketError(f"opcode {opcode}")
                 controls.append(Control(opcode, payload))
                 if opcode == CLOSE:
                     self.closed = True
@@ -180,3 +144,38 @@ class FrameReader:
                 chunks.append(payload)
         del buf[:pos]
         return chunks, controls
+
+    def _next_frame(self, buf: bytearray, pos: int) -> tuple[int, int, int] | None:
+        """(opcode, payload start, payload end) of the whole frame at ``pos``, None while it
+        is incomplete; WebSocketError for a frame that breaks the rules."""
+        size = len(buf)
+        if size - pos < 2:
+            return None
+        b0, b1 = buf[pos], buf[pos + 1]
+        if b0 & 0x70:
+            raise WebSocketError("reserved bits set (no extension was negotiated)")
+        opcode = b0 & 0x0F
+        if bool(b1 & _MASKED) != self._masked:
+            raise WebSocketError(
+                "unmasked frame from a client" if self._masked else "masked frame from a server"
+            )
+        n, head = b1 & 0x7F, 2
+        if n == 126:
+            if size - pos < 4:
+                return None
+            (n,), head = _U16.unpack_from(buf, pos + 2), 4
+        elif n == 127:
+            if size - pos < 10:
+                return None
+            (n,), head = _U64.unpack_from(buf, pos + 2), 10
+        if opcode >= 0x8:
+            if n > MAX_CONTROL_BYTES or not b0 & _FIN or opcode not in (CLOSE, PING, PONG):
+                raise WebSocketError(f"control frame (opcode {opcode}) too long or fragmented")
+        elif opcode not in (BINARY, CONTINUATION):
+            raise WebSocketError(
+                "text frame on a binary tunnel" if opcode == TEXT else f"opcode {opcode}"
+            )
+        if n > self._max:
+            raise WebSocketError(f"frame of {n} bytes (at most {self._max})")
+        start = pos + head + (4 if self._masked else 0)
+        return (opcode, start, start + n) if start + n <= size else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import typing
 from typing import Any
 
@@ -42,7 +43,11 @@ class WebSocketTransport(asyncio.Transport):
     # writing
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if data and not self._closing:
-            self._inner.write(ws.encode_frame(data, masked=self._client))
+            self._inner.write(ws.encode_frame(data, mask_key=self._key()))
+
+    def _key(self) -> bytes | None:
+        """A fresh masking key per frame on the client's side (RFC 6455 5.3), else None."""
+        return os.urandom(4) if self._client else None
 
     def writelines(self, list_of_data: typing.Iterable[bytes | bytearray | memoryview]) -> None:
         self.write(b"".join(list_of_data))
@@ -77,7 +82,7 @@ class WebSocketTransport(asyncio.Transport):
         self._closing = True
         if not self._inner.is_closing():
             frame = ws.encode_frame(
-                ws.close_payload(ws.CLOSE_GOING_AWAY), opcode=ws.CLOSE, masked=self._client
+                ws.close_payload(ws.CLOSE_GOING_AWAY), opcode=ws.CLOSE, mask_key=self._key()
             )
             self._inner.write(frame)
             self._inner.close()
@@ -129,7 +134,9 @@ class WebSocketReceiver(asyncio.Protocol):
             self.app.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         for control in controls:
             if control.opcode == ws.PING and not self.inner.is_closing():
-                pong = ws.encode_frame(control.payload, opcode=ws.PONG, masked=self.client)
+                pong = ws.encode_frame(
+                    control.payload, opcode=ws.PONG, mask_key=os.urandom(4) if self.client else None
+                )
                 self.inner.write(pong)
             elif control.opcode == ws.CLOSE:
                 # the peer is going away: the tunnel sees the end of its byte stream

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from raven.hostport import parse_hostport
 from raven.keys import decode_key, read_private_key_file
 from raven.protocol.connection import TunnelConnection
-from raven.protocol.frames import encode_register
 from raven.protocol.limits import Limits
+from raven.protocol.registration import encode_register
 from raven.protocol.secure_channel import Role
 
 ATTACKS = ("register-flood", "open-flood", "garbage-records")

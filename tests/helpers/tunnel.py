@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from cloud_gateway.registry import Registry
 from cloud_gateway.tunnel_listener import TunnelListener
-from edge_agent.dialer import DialSettings, GatewayLink
+from edge_agent.gateway_link import DialSettings, GatewayLink
 from edge_agent.relay import Relay
 from raven.config.gateway import AuthorisedAgent
 from raven.metrics import TunnelMetrics

@@ -20,8 +20,9 @@ from raven.protocol import events as ev
 from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.frame_backlog import CONTROL_FRAMES_PER_CALL
-from raven.protocol.frames import OpenFrame, encode_frame, encode_register
+from raven.protocol.frames import OpenFrame, encode_frame
 from raven.protocol.noise_crypto import dh_operations
+from raven.protocol.registration import encode_register
 from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import Suite, preamble
 from tests.helpers import KeyPair, wait_for

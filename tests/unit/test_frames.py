@@ -33,10 +33,9 @@ from raven.protocol.frames import (
     encode_data_header,
     encode_frame,
     encode_header,
-    encode_register,
-    encode_register_result,
     parse_frames,
 )
+from raven.protocol.registration import encode_register, encode_register_result
 
 SAMPLES: list[Frame] = [
     DataFrame(1, b"hello"),

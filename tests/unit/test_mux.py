@@ -40,11 +40,11 @@ from raven.protocol.frames import (
     RegisterResultFrame,
     ResetFrame,
     encode_frame,
-    encode_register_result,
     parse_frames,
 )
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer
+from raven.protocol.registration import encode_register_result
 from raven.protocol.streams import StreamState
 from tests.helpers.sansio import events
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import random
 
-from edge_agent.dialer import path_broken, probe_delay
+from edge_agent.gateway_link import path_broken, probe_delay
 
 
 def test_recovery_probes_are_jittered_over_the_window() -> None:

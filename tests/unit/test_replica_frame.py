@@ -9,17 +9,10 @@ from hypothesis import strategies as st
 
 from raven.protocol.errors import LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import ConnectionTerminated, ReplicaAnnounced, ReplicaAsked
-from raven.protocol.frames import (
-    HEADER,
-    MAX_REPLICA_ID_BYTES,
-    FrameType,
-    ReplicaFrame,
-    encode_frame,
-    parse_frames,
-    replica_id_error,
-)
+from raven.protocol.frames import HEADER, FrameType, ReplicaFrame, encode_frame, parse_frames
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer
+from raven.protocol.names import MAX_REPLICA_ID_BYTES, replica_id_error
 from tests.helpers.sansio import events
 
 
@@ -88,15 +81,15 @@ def test_replica_ids() -> None:
 def test_agent_asks_gateway_answers_and_tells_count_changes() -> None:
     pair = Pair()
     with pytest.raises(LocalProtocolError):
-        pair.gateway.announce_replica("gw-1", 3)  # nobody asked
-    pair.agent.ask_replica()
+        pair.gateway.replica.announce("gw-1", 3)  # nobody asked
+    pair.agent.replica.ask()
     pair.pump()
     assert events(pair.gateway) == [ReplicaAsked()]
-    assert pair.gateway.replica_asked
-    pair.gateway.announce_replica("gw-1", 3)
+    assert pair.gateway.replica.asked
+    pair.gateway.replica.announce("gw-1", 3)
     pair.pump()
     assert events(pair.agent) == [ReplicaAnnounced("gw-1", 3)]
-    pair.gateway.announce_replica("gw-1", 4)
+    pair.gateway.replica.announce("gw-1", 4)
     pair.pump()
     assert events(pair.agent) == [ReplicaAnnounced("gw-1", 4)]
 
@@ -104,7 +97,7 @@ def test_agent_asks_gateway_answers_and_tells_count_changes() -> None:
 def test_wrong_direction_is_a_protocol_error() -> None:
     pair = Pair()
     with pytest.raises(LocalProtocolError):
-        pair.gateway.ask_replica()
+        pair.gateway.replica.ask()
     with pytest.raises(RemoteProtocolError, match="question sent to the agent"):
         pair.agent.receive_payload(encode_frame(ReplicaFrame()), 0.0)
     with pytest.raises(RemoteProtocolError, match="announcement sent to the gateway"):

@@ -29,7 +29,8 @@ def test_mask_is_its_own_inverse_and_matches_the_python_fallback() -> None:
 def test_frames_split_anywhere_give_the_same_bytes(
     payloads: list[bytes], client: bool, step: int
 ) -> None:
-    wire = b"".join(ws.encode_frame(p, masked=client) for p in payloads)
+    wire = b"".join(ws.encode_frame(p, mask_key=os.urandom(4) if client else None)
+                    for p in payloads)  # fmt: skip
     reader = ws.FrameReader(masked=client)
     got: list[bytes] = []
     for i in range(0, len(wire), step):
@@ -41,15 +42,15 @@ def test_frames_split_anywhere_give_the_same_bytes(
 
 def test_ping_close_and_continuation() -> None:
     reader = ws.FrameReader(masked=False)
-    ping = ws.encode_frame(b"hi", opcode=ws.PING, masked=False)
+    ping = ws.encode_frame(b"hi", opcode=ws.PING, mask_key=None)
     # a fragmented binary message: first frame not final, then a continuation
     first = bytes([0x02, 3]) + b"abc"
     cont = bytes([0x80, 2]) + b"de"
     chunks, controls = reader.feed(first + ping + cont)
     assert chunks == [b"abc", b"de"]
     assert controls == [ws.Control(ws.PING, b"hi")]
-    close = ws.encode_frame(ws.close_payload(1001), opcode=ws.CLOSE, masked=False)
-    chunks, controls = reader.feed(close + ws.encode_frame(b"late", masked=False))
+    close = ws.encode_frame(ws.close_payload(1001), opcode=ws.CLOSE, mask_key=None)
+    chunks, controls = reader.feed(close + ws.encode_frame(b"late", mask_key=None))
     assert chunks == [] and controls[0].opcode == ws.CLOSE and reader.closed
     assert reader.feed(b"more") == ([], [])
 
@@ -64,6 +65,7 @@ def test_ping_close_and_continuation() -> None:
         (bytes([0x09, 1]) + b"x", False, "control frame"),
         (bytes([0x89, 126, 0, 200]) + bytes(200), False, "control frame"),
         (bytes([0x83, 0]), False, "opcode"),
+        (bytes([0x8B, 0]), False, "opcode 11"),
         (bytes([0x82, 127]) + (1 << 40).to_bytes(8, "big"), False, "frame of"),
     ],
 )
