@@ -18,7 +18,6 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "WEBSOCKET_GUID",
     "HttpHeadError",
-    "ProxyRefused",
     "RequestHead",
     "ResponseHead",
     "connect_request",
@@ -38,18 +37,6 @@ _MAX_HEADERS = 100
 
 class HttpHeadError(ValueError):
     """The peer's answer is not an HTTP/1.x response head we can use."""
-
-
-class ProxyRefused(ConnectionError):
-    """A forward proxy (or a load balancer) answered, but not with a way through.
-
-    ``status`` is its HTTP status (0 when it broke the protocol); ``label`` a short word for
-    metrics (``auth_required``, ``forbidden``, ``bad_gateway``, ``error``...)."""
-
-    def __init__(self, status: int, reason: str, label: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.label = label
 
 
 def refusal_label(status: int) -> str:
