@@ -138,7 +138,10 @@ class Sender:
     async def _send(self, tunnel: Tunnel, rows: list[Row]) -> int:
         if self._stream is None or self._tunnel is not tunnel or tunnel.closed.done():
             self._drop_stream()
-            self._stream = await tunnel.open_stream(BACKFILL_NODE, BACKFILL_PORT, timeout_s=10.0)
+            # bulk: on a thin link the backfill yields to live scrapes (never stops)
+            self._stream = await tunnel.open_stream(
+                BACKFILL_NODE, BACKFILL_PORT, timeout_s=10.0, bulk=True
+            )
             self._tunnel = tunnel
             self._reader = MessageReader()
         self._batch_id += 1

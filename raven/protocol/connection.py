@@ -296,8 +296,8 @@ class TunnelConnection:
 
     # ------------------------------------------------------------------ streams
 
-    def open_stream(self, node: str, port: int, data: bytes = b"") -> int:
-        return self._mux.open_stream(node, port, data)
+    def open_stream(self, node: str, port: int, data: bytes = b"", *, bulk: bool = False) -> int:
+        return self._mux.open_stream(node, port, data, bulk=bulk)
 
     def accept_stream(self, stream_id: int) -> None:
         self._mux.accept_stream(stream_id)

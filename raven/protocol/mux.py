@@ -163,9 +163,10 @@ class Multiplexer:
 
     # ------------------------------------------------------------------ streams: our calls
 
-    def open_stream(self, node: str, port: int, data: bytes = b"") -> int:
+    def open_stream(self, node: str, port: int, data: bytes = b"", *, bulk: bool = False) -> int:
         """Ask for a stream to ``node``:``port`` (``data``: its first bytes, paid from the peer's
-        grant); StreamAccepted or StreamRefused follows (BUSY at once at max_streams)."""
+        grant; ``bulk``: low priority, raven.protocol.scheduler); StreamAccepted or
+        StreamRefused follows (BUSY at once at max_streams)."""
         self._move(TunnelInput.SEND_OPEN_STREAM)
         table = self._table
         stream_id = table.next_local_id()
@@ -176,6 +177,7 @@ class Multiplexer:
             self.events.append(StreamRefused(stream_id, StreamCode.BUSY, busy))
             return stream_id
         stream = table.add(stream_id, window)
+        stream.bulk = bulk
         stream.apply(_I.SEND_OPEN)
         stream.send_credit = -len(data)  # the peer's grant covers the OPEN's data too
         self._queue_control(open_frame)

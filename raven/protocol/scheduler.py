@@ -5,6 +5,10 @@ left no data follows), then datagrams (the first always when it fits, more only
 while half the payload is left for waiting streams), then stream data by deficit round robin with a
 quantum of ``max_frame_payload_bytes``: one busy stream cannot starve the others,
 and a stream whose turn was cut by the end of a payload continues in the next.
+
+Bulk streams (``Stream.bulk``: the agent's backfill) have a ring of their own, served when
+no other stream has data, and at least every ``BULK_EVERY`` payloads while others do: on a
+thin link a backfill yields to live scrapes without ever stopping.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from raven.protocol.streams import Stream
 
 __all__ = ["Scheduler", "TunnelStats"]
 
+#: While other streams have data, a waiting bulk stream still gets every this-many-th payload.
+BULK_EVERY = 8
 #: A DATA frame is not started in a payload with less room than this (unless it all fits).
 _MIN_DATA_CHUNK = 1024
 _FRAME_LABELS = {int(t): t.label for t in FrameType}
@@ -89,10 +95,13 @@ class Scheduler:
         #: bytes of the datagrams queued (bounded by Limits.max_queued_datagram_bytes)
         self.datagram_bytes = 0
         self._ready: deque[Stream] | None = None
+        #: the bulk streams' ring, and payloads since a bulk stream was last served
+        self._bulk: deque[Stream] | None = None
+        self._bulk_wait = 0
 
     @property
     def has_output(self) -> bool:
-        return bool(self._control or self._datagrams or self._ready)
+        return bool(self._control or self._datagrams or self._ready or self._bulk)
 
     def queue_control(self, frame: bytes) -> None:
         if self._control is None:
@@ -114,6 +123,11 @@ class Scheduler:
         """The stream has data or an END to send: put it in the ring (once)."""
         if not stream.scheduled:
             stream.scheduled = True
+            if stream.bulk:
+                if self._bulk is None:
+                    self._bulk = deque()
+                self._bulk.append(stream)
+                return
             if self._ready is None:
                 self._ready = deque()
             self._ready.append(stream)
@@ -121,9 +135,9 @@ class Scheduler:
     def clear(self) -> None:
         self._control = self._datagrams = None
         self.control_bytes = self.datagram_bytes = 0
-        for stream in self._ready or ():
+        for stream in (*(self._ready or ()), *(self._bulk or ())):
             stream.scheduled = False
-        self._ready = None
+        self._ready = self._bulk = None
 
     def next_payload(self) -> bytes | None:
         """The frames payload of the next record, or None when nothing is waiting."""
@@ -143,14 +157,21 @@ class Scheduler:
             if self._datagrams:
                 room = self._add_datagrams(parts, room)
             if self._ready:
-                self._add_stream_data(parts, room)
+                if self._bulk and self._bulk_wait >= BULK_EVERY:
+                    room = self._add_stream_data(parts, room, self._bulk)
+                    self._bulk_wait = 0
+                room = self._add_stream_data(parts, room, self._ready)
+                self._bulk_wait += bool(self._bulk)
+            if self._bulk and not self._ready:
+                self._add_stream_data(parts, room, self._bulk)
+                self._bulk_wait = 0
         if not parts:
             return None
         return b"".join(parts)
 
     def _add_datagrams(self, parts: list[bytes | memoryview], room: int) -> int:
         datagrams = self._datagrams
-        floor = MAX_RECORD_PAYLOAD_BYTES // 2 if self._ready else 0
+        floor = MAX_RECORD_PAYLOAD_BYTES // 2 if self._ready or self._bulk else 0
         count = 0
         while datagrams:
             size = len(datagrams[0]) + FRAME_HEADER_BYTES
@@ -166,8 +187,9 @@ class Scheduler:
             self._stats.count_datagrams_sent(count)
         return room
 
-    def _add_stream_data(self, parts: list[bytes | memoryview], room: int) -> int:
-        ready = self._ready
+    def _add_stream_data(
+        self, parts: list[bytes | memoryview], room: int, ready: deque[Stream]
+    ) -> int:
         data_frames = end_frames = 0
         while ready:
             stream = ready[0]

@@ -116,6 +116,7 @@ class Stream:
 
     __slots__ = (
         "buffered",
+        "bulk",
         "consumed_ungranted",
         "end_pending",
         "end_sent",
@@ -153,6 +154,8 @@ class Stream:
         self.end_sent = False
         #: in the multiplexer's round-robin ring
         self.scheduled = False
+        #: low priority (backfill): sent when no other stream has data (raven.protocol.scheduler)
+        self.bulk = False
 
     def apply(self, event: StreamInput) -> StreamState:
         """Move by the table; raises Local/RemoteProtocolError on an illegal transition."""

@@ -201,16 +201,17 @@ class Tunnel(CopyingReader, TunnelEvents):
         return self.conn.draining
 
     async def open_stream(
-        self, node: str, port: int, *, timeout_s: float, data: bytes = b""
+        self, node: str, port: int, *, timeout_s: float, data: bytes = b"", bulk: bool = False
     ) -> TunnelStream:
         """Open a stream to ``node``:``port`` through this tunnel; ``data`` (at most
-        MAX_OPEN_DATA_BYTES) rides with the OPEN, before the answer."""
+        MAX_OPEN_DATA_BYTES) rides with the OPEN, before the answer; ``bulk``: low priority
+        (a backfill: other streams' data goes first, raven.protocol.scheduler)."""
         if self.closed.done():
             raise StreamOpenError(OpenFailure.TUNNEL_CLOSED, "tunnel closed")
         if self.draining:
             raise StreamOpenError(OpenFailure.DRAINING, "tunnel draining")
         try:
-            stream_id = self.conn.open_stream(node, port, data)
+            stream_id = self.conn.open_stream(node, port, data, bulk=bulk)
         except LocalProtocolError as exc:
             raise StreamOpenError(OpenFailure.BUSY, str(exc)) from None
         stream = TunnelStream(self, stream_id, incoming=False)
