@@ -168,34 +168,6 @@ async def role_proxy(listen_port: int, target_port: int) -> None:
     await asyncio.Event().wait()
 
 
-def self_signed(tmp: Path, name: str) -> tuple[Path, Path]:
-    """A certificate for ``name`` signed by itself (the agent's CA file), and its key."""
-    import datetime as dt
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    cert_path, key_path = tmp / f"{name}.pem", tmp / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
-    return cert_path, key_path
-
-
 def write_tunnel_configs(
     tmp: Path,
     target_port: int,
@@ -230,6 +202,8 @@ def write_tunnel_configs(
         gw.write_text(gw.read_text() + f"websocket: {{listen: 127.0.0.1:{ws_port}}}\n")
         gateway = f"ws://localhost:{ws_port}/raven/tunnel"
     elif wss == "wss":
+        from tests.helpers.certs import self_signed
+
         cert, key = self_signed(tmp, "localhost")
         ws_port = free_port()
         gw.write_text(gw.read_text() + f"websocket: {{listen: 127.0.0.1:{ws_port},"

@@ -21,7 +21,6 @@ clearly in the agent's status, log and metrics, never with the password.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shutil
@@ -32,15 +31,12 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.e2e.conftest import require_e2e
 from tests.e2e.netns import Lab, Netns, Proc, sh, veth, wait_until
 from tests.e2e.prometheus import Prometheus, static_job
 from tests.helpers import python_env, raven_cmd, write_key
+from tests.helpers.certs import make_ca
 
 pytestmark = pytest.mark.e2e
 
@@ -73,46 +69,6 @@ class Net:
     gateway: Proc
     agent: Proc | None = None
     runs: int = 0
-
-
-def make_ca(name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    return key, cert
-
-
-def issue(ca_key: ec.EllipticCurvePrivateKey, ca: x509.Certificate, dns: str,
-          directory: Path) -> tuple[Path, Path]:  # fmt: skip
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns)]))
-        .issuer_name(ca.subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
-    cert_path, key_path = directory / f"{dns}.pem", directory / f"{dns}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
-    return cert_path, key_path
-
-
-def write_pem(cert: x509.Certificate, path: Path) -> Path:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return path
 
 
 def start_squid(lab: Lab, dmz: Netns) -> Proc:
@@ -221,9 +177,9 @@ def net(lab: Lab) -> Iterator[Net]:
   }}
 }}
 """)
-    ca_key, ca = make_ca("raven test ingress CA")
-    _, other_ca = make_ca("some other CA")
-    cert, key = issue(ca_key, ca, NAME, lab.workdir)
+    ca = make_ca(lab.workdir, "raven-test-ingress-ca")
+    other_ca = make_ca(lab.workdir, "some-other-ca")
+    cert, key = ca.issue(NAME, lab.workdir)
     gw_key, agent_key = lab.workdir / "gateway.key", lab.workdir / "agent.key"
     gw_public, agent_public = write_key(gw_key), write_key(agent_key)
     config = {
@@ -246,8 +202,7 @@ def net(lab: Lab) -> Iterator[Net]:
         NODE_EXPORTER, "--web.listen-address=127.0.0.1:9100", "--collector.disable-defaults",
         "--collector.loadavg"])  # fmt: skip
     site.wait_for_port("127.0.0.1", 9100, proc=exporter)
-    net = Net(lab, site, dmz, cloud, gw_public, agent_key, write_pem(ca, lab.workdir / "ca.pem"),
-              write_pem(other_ca, lab.workdir / "other-ca.pem"), gateway)  # fmt: skip
+    net = Net(lab, site, dmz, cloud, gw_public, agent_key, ca.pem, other_ca.pem, gateway)
     lab.diagnostic_hooks.append(lambda: "----- agent status\n" + json.dumps(status(net)))
     yield net
     shutil.rmtree(f"/tmp/rvn-squid-{os.getpid()}", ignore_errors=True)

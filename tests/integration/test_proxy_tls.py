@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -11,10 +10,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from prometheus_client import CollectorRegistry
 
 from cloud_gateway.proxy import ProxyServer
@@ -23,6 +18,7 @@ from raven.protocol.codes import StreamCode
 from raven.transport.direct import DirectOpener
 from raven.transport.stream import OpenFailure, StreamOpenError, StreamResetError
 from tests.helpers import free_port, sample
+from tests.helpers.certs import self_signed
 from tests.helpers.proxy import (
     METRICS,
     direct,
@@ -36,39 +32,18 @@ from tests.helpers.proxy import (
 pytestmark = pytest.mark.integration
 
 
-def _self_signed(tmp: Path) -> ssl.SSLContext:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edge-gpu-1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("edge-gpu-1")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp / "cert.pem", tmp / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+def _self_signed(tmp: Path) -> tuple[ssl.SSLContext, Path]:
+    """The target's TLS context for edge-gpu-1, and the CA file a client trusts it with."""
+    cert_file, key_file = self_signed(tmp, "edge-gpu-1")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert_file, key_file)
-    return ctx
+    return ctx, cert_file
 
 
 @pytest.fixture
 async def https_target(tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
-    server_ctx = _self_signed(tmp_path)
-    client_ctx = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+    server_ctx, ca_file = _self_signed(tmp_path)
+    client_ctx = ssl.create_default_context(cafile=str(ca_file))
     async with serve_app(target_app(), ssl_context=server_ctx) as port:
         yield port, client_ctx
 
