@@ -166,7 +166,14 @@ class GatewayApp:
     def reload(self, config: GatewayConfig) -> None:
         """Apply a changed config file. The authorised agents take effect at once: a removed
         or changed agent's tunnels are closed (it reconnects under the new rules, or is
-        refused). Other fields need a restart; they are named in the log."""
+        refused); so does ``replica.count`` (told to every agent that asked). Other fields
+        need a restart; they are named in the log."""
+        if config.replica.count != self.config.replica.count:
+            # the Deployment was scaled: agents behind one address are told the new count
+            self.listener.announce_replicas(config.replica.count)
+            replica = dataclasses.replace(self.config.replica, count=config.replica.count)
+            self.config = dataclasses.replace(self.config, replica=replica)
+            log.info("config reload: replica count now %d", config.replica.count)
         restart_needed = [
             f.name
             for f in dataclasses.fields(GatewayConfig)

@@ -159,6 +159,8 @@ async def _through_proxy(
         )  # fmt: skip
     except OSError as exc:
         label = "dns_failure" if _is_dns_error(exc) else "unreachable"
+        if type(exc).__name__.startswith("SSL"):  # ssl is imported only when TLS is used
+            label = "tls_failed"
         raise TransportFailed("proxy", label, f"proxy {route.label}: {exc}") from None
     ex.transport = transport
     transport.write(th.connect_request(host, port, route.credentials))

@@ -11,8 +11,9 @@ HTTPS variable is the one that applies, as for Go's ``ProxyFromEnvironment``) an
 - an IP address: that address; a CIDR (``10.0.0.0/8``): every address in it;
 - any entry may end in ``:port``: then only that port matches.
 
-Loopback (``localhost``, 127.0.0.0/8, ::1) never goes through a proxy, as in Go. Pure:
-nothing here opens a connection.
+Loopback (``localhost``, 127.0.0.0/8, ::1) never goes through the environment's proxy, as in
+Go; a proxy set in the agent's own config applies to every destination not in ``no_proxy``.
+Pure: nothing here opens a connection.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def proxy_for(
     if not chosen or chosen.strip().lower() == DIRECT:
         return None
     exempt = no_proxy if no_proxy is not None else _env(environ, "no_proxy")
-    if _is_loopback(host) or bypasses(exempt, host, port):
+    if (url is None and _is_loopback(host)) or bypasses(exempt, host, port):
         return None
     route = parse_proxy_url(chosen.strip(), ca_file=ca_file)
     if credentials is not None:

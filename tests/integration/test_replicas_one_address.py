@@ -153,8 +153,19 @@ async def test_one_address_reaches_every_replica_and_a_drained_one_is_replaced(c
                        "the agent holds the successor", timeout_s=20)  # fmt: skip
         await wait_for(lambda: bool(successor.registry.agents_for("edge-echo-1")))
         assert [r.registry.sessions["site-a"] for r in replicas[1:3]] == sessions[1:3]
-        # a spare link that found nothing new stops: one link per replica in the end
-        await wait_for(lambda: len(dialer.all_links()) == 3, "surplus links stopped")
+        await wait_for(lambda: len(dialer.all_links()) == 3, "one link per replica")
+        # the Deployment is scaled to 4 (config reload): the agent searches for the fourth
+        for replica in replicas[1:]:
+            replica.listener.announce_replicas(4)
+        await wait_for(lambda: dialer.wanted() == 4 and len(dialer.all_links()) == 4)
+        duplicates = dialer.replica_metrics.dials.labels("duplicate")
+        before = duplicates._value.get()
+        await wait_for(lambda: duplicates._value.get() > before, "a spare link dials")
+        fourth = await start_replica(gw, agent, "replica-4", 4)
+        assert fourth.listener.bound is not None
+        balancer.backends.append(fourth.listener.bound)
+        replicas.append(fourth)
+        await wait_for(lambda: "replica-4" in held(dialer), "the fourth replica held", timeout_s=20)
     finally:
         await dialer.stop()
         echo.close()

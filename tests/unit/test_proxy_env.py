@@ -65,6 +65,10 @@ def test_loopback_never_goes_through_a_proxy_and_no_proxy_applies() -> None:
     env = {**ENV, "NO_PROXY": ".svc.cluster.local"}
     assert proxy_for("raven.monitoring.svc.cluster.local", 10262, environ=env) is None
     assert proxy_for("gw.example.com", 443, no_proxy="", environ=env) is not None
+    # a proxy set in the agent's own config is meant: loopback included, no_proxy still applies
+    assert proxy_for("127.0.0.1", 10262, url="http://p:3128", environ={}) is not None
+    assert proxy_for("127.0.0.1", 10262, url="http://p:3128", no_proxy="127.0.0.0/8",
+                     environ={}) is None  # fmt: skip
 
 
 @pytest.mark.parametrize(
