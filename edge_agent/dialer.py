@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Most links dialling at once for missing replicas behind one address (a few: never a storm).
+SEARCHERS = 3
+
 
 async def resolve_gateway(host: str, resolver: dns.asyncresolver.Resolver | None) -> list[str]:
     """All addresses of ``host`` (an IP literal is itself), sorted; [] when nothing resolves."""
@@ -175,16 +178,18 @@ class Dialer:
         self._search()
 
     def _search(self) -> None:
-        """While fewer replicas are held than announced and no link is dialling already,
-        start one more link (on the address of a link that reached a replica: one address
-        that spreads connections over several replicas)."""
-        if self._stopping or len(self.claims) >= self.wanted():
+        """While fewer replicas are held than announced, keep links dialling: one per
+        missing replica, at most SEARCHERS at a time (links already dialling or backing off
+        count), on the address of a link that reached a replica (one address that spreads
+        connections over several replicas)."""
+        missing = self.wanted() - len(self.claims)
+        if self._stopping or missing <= 0:
             return
-        if any(not link.holds for link in self.all_links()):
-            return  # a link is dialling (or backing off): it is the search
+        searching = sum(1 for link in self.all_links() if not link.holds)
         shared = [addr for addr in self.links if any(lk.holds for lk in self.links[addr])]
-        if shared:
-            self._new_link(shared[0])
+        for _ in range(min(missing, SEARCHERS) - searching):
+            if shared:
+                self._new_link(shared[0])
 
     # ------------------------------------------------------------ addresses
     async def _run(self) -> None:

@@ -224,20 +224,26 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _duplicate_delay(self) -> float:
-        """Delay before dialling again after reaching a replica already held: full jitter up
-        to ``replica_retry_max_s`` (a replica coming back is found within seconds), then,
-        after ``replica_search_attempts`` such dials in a row, up to ``max_backoff_s``."""
-        settings = self.settings
-        if self.duplicates == settings.replica_search_attempts:
+        """Delay before dialling again after reaching a replica already held. A random dial
+        finds a missing one of N replicas once in N tries or so: the first
+        ``2 * replicas`` such dials in a row wait a jittered ``min_backoff_s`` at most (an
+        agent holds 8 replicas within seconds), the next ones back off exponentially up to
+        ``replica_retry_max_s``, and after ``replica_search_attempts`` up to
+        ``max_backoff_s``, with a warning (a balancer pinning every dial to one replica)."""
+        settings, k = self.settings, self.duplicates
+        if k == settings.replica_search_attempts:
             log.warning(
                 "still missing gateway replicas behind one address",
-                extra=fields(gateway=self.label, dials=self.duplicates,
+                extra=fields(gateway=self.label, dials=k,
                              hint="session affinity on the load balancer?"),
             )  # fmt: skip
-        cap = settings.replica_retry_max_s
-        if self.duplicates >= settings.replica_search_attempts:
-            cap = settings.max_backoff_s
-        return backoff_delay(self.duplicates, settings.min_backoff_s, cap, self.rng)
+        if k >= settings.replica_search_attempts:
+            return backoff_delay(k, settings.min_backoff_s, settings.max_backoff_s, self.rng)
+        quick = 2 * max(self.replicas, 1)
+        if k <= quick:
+            return self.rng.uniform(settings.min_backoff_s / 10, settings.min_backoff_s)
+        return backoff_delay(k - quick, settings.min_backoff_s, settings.replica_retry_max_s,
+                             self.rng)  # fmt: skip
 
     def _new_connection(self, now: float) -> TunnelConnection:
         """The sans-IO tunnel of one attempt: its suite follows what this gateway accepted
