@@ -228,16 +228,18 @@ class GatewayLink:
         finds a missing one of N replicas once in N tries or so: the first
         ``2 * replicas`` such dials in a row wait a jittered ``min_backoff_s`` at most (an
         agent holds 8 replicas within seconds), the next ones back off exponentially up to
-        ``replica_retry_max_s``, and after ``replica_search_attempts`` up to
-        ``max_backoff_s``, with a warning (a balancer pinning every dial to one replica)."""
+        ``replica_retry_max_s``, and after ``replica_search_attempts`` (at least 6 per replica) up
+        to ``max_backoff_s``, with a warning (a balancer pinning every dial to one replica)."""
         settings, k = self.settings, self.duplicates
-        if k == settings.replica_search_attempts:
+        # one missing replica of N is found once in N random dials: the cap grows with N
+        limit = max(settings.replica_search_attempts, 6 * self.replicas)
+        if k == limit:
             log.warning(
                 "still missing gateway replicas behind one address",
                 extra=fields(gateway=self.label, dials=k,
                              hint="session affinity on the load balancer?"),
             )  # fmt: skip
-        if k >= settings.replica_search_attempts:
+        if k >= limit:
             return backoff_delay(k, settings.min_backoff_s, settings.max_backoff_s, self.rng)
         quick = 2 * max(self.replicas, 1)
         if k <= quick:

@@ -79,9 +79,9 @@ class ReconnectConfig:
         default=5.0,
     )
     replica_search_attempts: int = doc(
-        "Dials in a row that reach replicas already held, after which they are spaced by"
-        " `max_backoff_s` instead (a warning says so: session affinity on the load balancer"
-        " would do this).",
+        "Dials in a row that reach replicas already held (at least 6 per replica announced),"
+        " after which they are spaced by `max_backoff_s` instead (a warning says so: session"
+        " affinity on the load balancer would do this).",
         default=30,
     )
 
