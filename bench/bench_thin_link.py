@@ -10,10 +10,10 @@ Topology (network namespaces, root only)::
 
 Scenarios, each a number of small scrapes (GET through the gateway's proxy listener, a new
 connection each, as a Prometheus with a short keep-alive would): the small scrape's latency
-alone; while a loop fetches the 4 MB page over and over (bulk sharing the link); while the
-agent's backfill stream (a low-priority stream the agent opens) pushes data as fast as the
-link takes it. Also counted: tunnels lost (dead-peer detection must not misfire on a slow,
-busy link).
+alone, and while a loop fetches the 4 MB page over and over (bulk sharing the link, in the
+same direction as a backfill). Also counted: tunnels lost (dead-peer detection must not
+misfire on a slow, busy link). That a backfill yields to live scrapes is the scheduler's
+(bulk streams, tests/unit/test_bulk_streams.py).
 
 Usage: sudo .venv/bin/python bench/bench_thin_link.py [--scrapes 40] [--rate 2mbit] [--delay-ms 75]
 Prints Markdown (BENCHMARKS.md, "Thin links").
