@@ -195,10 +195,11 @@ class BackfillService:
     async def _next_rows(self) -> list[Row]:
         intervals = [t.interval_s or 0.0 for t in self.table.targets.values()]
         hold_s = HOLD_BACK_S + min(120.0, max(intervals, default=0.0))
-        ready_before = int((self.clock() - hold_s) * 1000)
+        now = self.clock()
+        ready_before = int((now - hold_s) * 1000)
         store = self._store()
         rows, bad = await self._run_db(
-            lambda: store.next_batch(self.config.batch_bytes, ready_before)
+            lambda: store.next_batch(self.config.batch_bytes, ready_before, int(now * 1000))
         )
         if bad:
             log.error("backfill buffer: %d unreadable rows dropped", bad)

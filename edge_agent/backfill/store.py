@@ -38,7 +38,8 @@ CREATE INDEX IF NOT EXISTS scrapes_ts ON scrapes (ts_ms);
 #: Row selections (constant SQL, values bound): what _remove() may delete.
 _COUNT = {
     "older": "SELECT COUNT(*), TOTAL(nsamples), TOTAL(nbytes) FROM scrapes WHERE ts_ms < ?",
-    "up_to_id": "SELECT COUNT(*), TOTAL(nsamples), TOTAL(nbytes) FROM scrapes WHERE id <= ?",
+    "up_to_id": "SELECT COUNT(*), TOTAL(nsamples), TOTAL(nbytes) FROM scrapes"
+    " WHERE id > ? AND id <= ?",
     "ids": "SELECT COUNT(*), TOTAL(nsamples), TOTAL(nbytes) FROM scrapes"
     " WHERE id IN (SELECT value FROM json_each(?))",
     "target_from": "SELECT COUNT(*), TOTAL(nsamples), TOTAL(nbytes) FROM scrapes"
@@ -46,10 +47,13 @@ _COUNT = {
 }
 _DELETE = {
     "older": "DELETE FROM scrapes WHERE ts_ms < ?",
-    "up_to_id": "DELETE FROM scrapes WHERE id <= ?",
+    "up_to_id": "DELETE FROM scrapes WHERE id > ? AND id <= ?",
     "ids": "DELETE FROM scrapes WHERE id IN (SELECT value FROM json_each(?))",
     "target_from": "DELETE FROM scrapes WHERE target_id = ? AND ts_ms >= ?",
 }
+#: How long the batch being sent is spared by the size cap (a send that never ends -- the
+#: tunnel died mid-batch -- does not keep the oldest rows from being dropped for longer).
+SENDING_GRACE_MS = 60_000
 #: Per-row overhead counted against the cap besides the blob (row header, index entries).
 ROW_OVERHEAD_BYTES = 64
 
@@ -94,6 +98,9 @@ class BufferStore:
         for tid, node, port, tpath in self.db.execute("SELECT id, node, port, path FROM targets"):
             self._target_ids[(node, port, tpath)] = tid
         self.totals = self._load_totals()
+        #: (last row id, when taken in ms) of the batch being sent: the size cap drops rows
+        #: after it, so a row is never both delivered and counted as dropped
+        self._sending: tuple[int, int] | None = None
 
     def close(self) -> None:
         self.db.close()
@@ -197,7 +204,9 @@ class BufferStore:
         excess = self.totals.bytes - int(self.max_bytes * 0.95)
         run = 0
         last_id = None
-        cur = self.db.execute("SELECT id, nbytes FROM scrapes ORDER BY id")
+        sending = self._sending
+        floor = sending[0] if sending and now_ms - sending[1] < SENDING_GRACE_MS else 0
+        cur = self.db.execute("SELECT id, nbytes FROM scrapes WHERE id > ? ORDER BY id", (floor,))
         for rid, nbytes in cur:
             run += nbytes + ROW_OVERHEAD_BYTES
             last_id = rid
@@ -205,7 +214,7 @@ class BufferStore:
                 break
         cur.close()
         if last_id is not None:
-            self._drop("up_to_id", (last_id,), "cap")
+            self._drop("up_to_id", (floor, last_id), "cap")
 
     def _remove(self, where: str, args: tuple[int | str, ...]) -> tuple[int, int]:
         """Delete the rows selected by ``_WHERE[where]``: (rows, samples) removed."""
@@ -236,7 +245,9 @@ class BufferStore:
             return 0
         return self._remove("target_from", (tid, from_ms))[0]
 
-    def next_batch(self, max_bytes: int, ready_before_ms: int) -> tuple[list[Row], int]:
+    def next_batch(
+        self, max_bytes: int, ready_before_ms: int, now_ms: int | None = None
+    ) -> tuple[list[Row], int]:
         """The oldest rows older than ``ready_before_ms`` (at least one, else up to about
         ``max_bytes`` of stored data), in order; and how many rows were unreadable (deleted,
         counted as ``corrupt``)."""
@@ -262,12 +273,16 @@ class BufferStore:
         cur.close()
         for rid in bad:
             self._drop("ids", (json.dumps([rid]),), "corrupt")
+        taken = ready_before_ms if now_ms is None else now_ms
+        self._sending = (rows[-1].row_id, taken) if rows else None
         return rows, len(bad)
 
     def delete_rows(self, row_ids: list[int]) -> None:
         """Rows acknowledged by the gateway (or refused for good)."""
         if row_ids:
             self._remove("ids", (json.dumps(row_ids),))
+            if self._sending is not None and max(row_ids) >= self._sending[0]:
+                self._sending = None
 
     def file_bytes(self) -> int:
         """The database file and its WAL, on disk."""

@@ -13,7 +13,6 @@ simply the next bytes of the stream.
 
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,20 +59,20 @@ def _python_mask(mask: bytes, data: bytearray) -> None:
 _TABLES = [bytes(b ^ k for b in range(256)) for k in range(256)]
 
 
-@functools.cache
-def _load_mask() -> Callable[[bytes, bytearray], None]:
-    """aiohttp's compiled masking loop (about 50x faster) where it is installed, else ours."""
-    try:
-        from aiohttp._websocket.helpers import websocket_mask
-    except ImportError:  # pragma: no cover - aiohttp is a dependency of the project
-        return _python_mask
-    return websocket_mask
+class Masker:
+    """The masking loop in use: ``_python_mask`` unless the adapter installs a compiled one
+    (raven.transport.websocket_transport loads aiohttp's, about 50x faster)."""
+
+    impl: Callable[[bytes, bytearray], None] = staticmethod(_python_mask)
+
+
+MASKER = Masker()
 
 
 def mask_bytes(mask: bytes, data: bytes | bytearray | memoryview) -> bytearray:
     """``data`` XOR the repeated ``mask`` (a new bytearray)."""
     out = bytearray(data)
-    _load_mask()(mask, out)
+    MASKER.impl(mask, out)
     return out
 
 

@@ -168,3 +168,27 @@ def test_forgotten_targets_leave_the_table_once_their_scrapes_are_sent(tmp_path:
     store.add(scrape(2000), now_ms=2000)  # learned again later: a new row, sent as usual
     assert [r.scrape.ts_ms for r in store.next_batch(MIB, 10_000)[0]] == [2000]
     store.close()
+
+
+def test_the_batch_being_sent_is_not_dropped_by_the_cap(tmp_path: Path) -> None:
+    """A row the sender has taken is delivered, not also counted as dropped: the size cap
+    drops the rows after the batch in flight (for SENDING_GRACE_MS at most)."""
+    from edge_agent.backfill.store import SENDING_GRACE_MS
+
+    store = open_store(tmp_path, max_bytes=16 * 1024)  # ~10 rows of ~1.6 KB
+    t0 = 1_000_000
+    for i in range(3):
+        store.add(scrape(t0 + i, n=200, salt=i), t0 + i)
+    rows, _ = store.next_batch(1, t0 + 10, now_ms=t0 + 10)
+    assert [r.scrape.ts_ms for r in rows] == [t0]
+    for i in range(3, 40):  # over the cap while the first row is in flight
+        store.add(scrape(t0 + i, n=200, salt=i), t0 + 10)
+    kept = [ts for (ts,) in store.db.execute("SELECT ts_ms FROM scrapes ORDER BY id")]
+    assert kept[0] == t0 and store.dropped["cap"] > 0  # the in-flight row stayed
+    store.delete_rows([rows[0].row_id])
+    # a send that never ends stops sparing its rows after the grace period
+    rows, _ = store.next_batch(1, t0 + 100, now_ms=t0 + 100)
+    for i in range(40, 80):
+        store.add(scrape(t0 + i, n=200, salt=i), t0 + 100 + SENDING_GRACE_MS + 1)
+    kept = [ts for (ts,) in store.db.execute("SELECT ts_ms FROM scrapes ORDER BY id")]
+    assert rows[0].scrape.ts_ms not in kept

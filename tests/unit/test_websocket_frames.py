@@ -13,8 +13,14 @@ from raven.protocol import websocket as ws
 
 
 def test_mask_is_its_own_inverse_and_matches_the_python_fallback() -> None:
+    from raven.transport.websocket_transport import compiled_mask
+
+    fast = compiled_mask()
+    assert fast is not None, "aiohttp's compiled mask loads from its file"
     data, key = os.urandom(70_001), os.urandom(4)
-    masked = ws.mask_bytes(key, data)
+    masked = bytearray(data)
+    fast(key, masked)
+    assert masked == ws.mask_bytes(key, data)
     slow = bytearray(data)
     ws._python_mask(key, slow)
     assert masked == slow
