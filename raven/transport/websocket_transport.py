@@ -11,6 +11,7 @@ passes straight through (pause/resume reading and writing, write-buffer limits).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import logging
 import os
@@ -194,13 +195,12 @@ def compiled_mask() -> Callable[[bytes, bytearray], None] | None:
     return None
 
 
-def _install_mask() -> None:
+@functools.cache
+def install_mask() -> None:
+    """Use the compiled mask from the first WebSocket on (a plain agent never loads it)."""
     fn = compiled_mask()
     if fn is not None:
         ws.MASKER.impl = fn
-
-
-_install_mask()
 
 
 def stack_websocket(
@@ -214,6 +214,7 @@ def stack_websocket(
     """Put ``app`` (a Tunnel) on a WebSocket over ``inner``: ``app.connection_made`` is
     called with the WebSocket transport, then fed ``first_bytes`` (frames that arrived with
     the end of the opening handshake)."""
+    install_mask()
     transport = WebSocketTransport(inner, app, client=client, extra=extra)
     receiver = WebSocketReceiver(transport, inner, client=client)
     inner.set_protocol(receiver)
