@@ -121,7 +121,12 @@ async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int]) -
         while not drain.done() and time.monotonic() < until:
             _flood(conn, writer, kind, agent.register)
             writer.write(conn.data_to_send(None, time.monotonic()))
-            await writer.drain()
+            try:
+                await writer.drain()
+            except (ConnectionResetError, BrokenPipeError):
+                # the gateway closed while we still sent: TCP reports that close as a reset
+                # (closing with our unread flood in its buffer), before or after the EOF
+                return CLOSED
             await asyncio.sleep(1.0 if kind == CHURN else 0.05)
         if not drain.done() and agent.linger_s > 0:
             with contextlib.suppress(TimeoutError):
