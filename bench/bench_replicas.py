@@ -34,35 +34,9 @@ from raven.config.gateway import AuthorisedAgent  # noqa: E402
 from raven.metrics import TunnelMetrics  # noqa: E402
 from raven.protocol.limits import Limits  # noqa: E402
 from tests.helpers import KeyPair  # noqa: E402
+from tests.helpers.balancer import RandomBalancer  # noqa: E402
 
 LIMITS = Limits(keepalive_interval_s=5.0, dead_peer_timeout_s=15.0)
-
-
-class Balancer:
-    def __init__(self, backends: list[tuple[str, int]], seed: int) -> None:
-        self.backends = backends
-        self.rng = random.Random(seed)
-        self.connections = 0
-
-    async def handle(self, r1: asyncio.StreamReader, w1: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        r2, w2 = await asyncio.open_connection(*self.rng.choice(self.backends))
-
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                while data := await r.read(65536):
-                    w.write(data)
-                    await w.drain()
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                w.close()
-
-        try:
-            await asyncio.gather(pipe(r1, w2), pipe(r2, w1))
-        except asyncio.CancelledError:  # the round is over
-            w1.close()
-            w2.close()
 
 
 async def one_round(tmp: Path, replicas: int, agents: int, seed: int) -> tuple[float, float, int]:
@@ -80,9 +54,8 @@ async def one_round(tmp: Path, replicas: int, agents: int, seed: int) -> tuple[f
         )  # fmt: skip
         await lst.start()
         listeners.append(lst)
-    balancer = Balancer([lst.bound for lst in listeners if lst.bound], seed)
-    server = await asyncio.start_server(balancer.handle, "127.0.0.1", 0)
-    port = int(server.sockets[0].getsockname()[1])
+    balancer = RandomBalancer([lst.bound for lst in listeners if lst.bound], random.Random(seed))
+    port = await balancer.start()
     dialers = []
     start = time.monotonic()
     for i, key in enumerate(keys):
@@ -110,7 +83,7 @@ async def one_round(tmp: Path, replicas: int, agents: int, seed: int) -> tuple[f
         await dialer.stop()
     for lst in listeners:
         await lst.drain(0.1)
-    server.close()
+    balancer.close()
     return took, dials, duplicates
 
 

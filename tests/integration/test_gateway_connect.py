@@ -24,6 +24,7 @@ from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
 from raven.transport.gateway_connect import GatewayTransport
 from tests.helpers import KeyPair, wait_for
+from tests.helpers.balancer import relay
 from tests.helpers.certs import self_signed
 
 pytestmark = pytest.mark.integration
@@ -56,17 +57,7 @@ class ConnectProxy:
         r2, w2 = await asyncio.open_connection(host, int(port))
         w1.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
 
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                while data := await r.read(65536):
-                    w.write(data)
-                    await w.drain()
-            except OSError:
-                pass
-            finally:
-                w.close()
-
-        await asyncio.gather(pipe(r1, w2), pipe(r2, w1))
+        await asyncio.gather(relay(r1, w2), relay(r2, w1))
 
 
 @pytest.fixture

@@ -9,10 +9,8 @@ disturb a held tunnel; a replica that drains is replaced by the one that comes i
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,47 +25,11 @@ from raven.config.gateway import AuthorisedAgent
 from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
 from tests.helpers import KeyPair, start_echo_server, wait_for
+from tests.helpers.balancer import RandomBalancer
 
 pytestmark = pytest.mark.integration
 
 LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=3.0, drain_timeout_s=0.5)
-
-
-@dataclass
-class LoadBalancer:
-    """Each new connection to ``port`` goes to a random one of ``backends`` (host, port)."""
-
-    backends: list[tuple[str, int]] = field(default_factory=list)
-    rng: random.Random = field(default_factory=lambda: random.Random(7))
-    server: asyncio.Server | None = None
-    connections: int = 0
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def _handle(self, r1: asyncio.StreamReader, w1: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        if not self.backends:
-            w1.close()
-            return
-        try:
-            r2, w2 = await asyncio.open_connection(*self.rng.choice(self.backends))
-        except OSError:
-            w1.close()
-            return
-
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                while data := await r.read(65536):
-                    w.write(data)
-                    await w.drain()
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                w.close()
-
-        await asyncio.gather(pipe(r1, w2), pipe(r2, w1))
 
 
 @dataclass
@@ -79,16 +41,15 @@ class Replica:
 @pytest.fixture
 async def cloud(
     tmp_path: Path,
-) -> AsyncIterator[tuple[KeyPair, KeyPair, list[Replica], LoadBalancer]]:
+) -> AsyncIterator[tuple[KeyPair, KeyPair, list[Replica], RandomBalancer]]:
     gw, agent = KeyPair(tmp_path, "gw"), KeyPair(tmp_path, "agent")
-    balancer = LoadBalancer()
+    balancer = RandomBalancer()
     replicas = [await start_replica(gw, agent, f"replica-{i}", 3) for i in range(3)]
     balancer.backends = [r.listener.bound for r in replicas if r.listener.bound is not None]
     yield gw, agent, replicas, balancer
     for replica in replicas:
         await replica.listener.drain(0.2)
-    if balancer.server is not None:
-        balancer.server.close()
+    balancer.close()
 
 
 async def start_replica(gw: KeyPair, agent: KeyPair, replica_id: str, count: int) -> Replica:
