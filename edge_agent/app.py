@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 def dial_settings(config: AgentConfig) -> DialSettings:
     """How the agent's links dial: keys, limits, backoff, and the layers between the agent
     and the gateway (None for plain TCP: no proxy, no WebSocket)."""
-    _, _, ws_path = config.gateway_endpoint
+    _, port, ws_path = config.gateway_endpoint
     route = config.gateway_transport(os.environ)
-    plain = ws_path is None and not route.uses_proxy()
+    plain = ws_path is None and not route.uses_proxy(port)
     reconnect = config.reconnect
     return DialSettings(
         static_private=read_private_key_file(config.private_key_file),

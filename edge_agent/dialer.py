@@ -97,10 +97,10 @@ class Dialer:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.host, self.port = parse_hostport(gateway)
-        route = settings.transport
-        #: False: the gateway's name is the one address (TLS checks the name; a forward
-        #: proxy resolves it, the site's DNS may not)
-        self.resolves = route is None or not (route.websocket or route.uses_proxy())
+        #: False when a proxy or WebSocket lies between (``settings.transport``): the gateway's
+        #: name is the one address (TLS checks the name; a forward proxy resolves it, the
+        #: site's DNS may not)
+        self.resolves = settings.transport is None
         self.settings = settings
         self.link_factory = link_factory
         self.resolve_interval_s = resolve_interval_s

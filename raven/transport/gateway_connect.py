@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import os
 import typing
 from collections.abc import Mapping
@@ -65,25 +66,30 @@ class GatewayTransport:
         return self.websocket_path is not None
 
     def proxy(self, address: str, port: int) -> ProxyRoute | None:
-        """The forward proxy for a tunnel to ``address:port`` (None: direct)."""
-        credentials = None
-        if self.proxy_credentials_file:
-            with open(self.proxy_credentials_file, encoding="utf-8") as f:
-                credentials = f.read().strip()
+        """The forward proxy for a tunnel to ``address:port`` (None: direct), with the
+        credentials of ``proxy_credentials_file`` (read at each dial: rotation needs no
+        restart)."""
+        route = self._route(address, port)
+        if route is None or not self.proxy_credentials_file:
+            return route
+        with open(self.proxy_credentials_file, encoding="utf-8") as f:
+            credentials = f.read().strip()
+        return dataclasses.replace(route, credentials=credentials)
+
+    def uses_proxy(self, port: int) -> bool:
+        """Whether the tunnel to the gateway's ``host:port`` goes through a proxy (then the
+        agent resolves no names itself: the proxy does)."""
+        return self._route(self.host, port) is not None
+
+    def _route(self, address: str, port: int) -> ProxyRoute | None:
         return proxy_for(
             address,
             port,
             url=self.proxy_url,
             no_proxy=self.no_proxy,
-            credentials=credentials,
             ca_file=self.proxy_ca_file,
             environ=self.environ,
         )
-
-    def uses_proxy(self) -> bool:
-        """Whether some gateway address may go through a proxy (then the agent resolves no
-        names itself: the proxy does)."""
-        return self.proxy(self.host or "gateway.invalid", 443) is not None
 
 
 _contexts: dict[tuple[str | None, bool], ssl.SSLContext] = {}

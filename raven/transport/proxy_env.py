@@ -151,20 +151,16 @@ def proxy_for(
     *,
     url: str | None = None,
     no_proxy: str | None = None,
-    credentials: str | None = None,
     ca_file: str | None = None,
     environ: Mapping[str, str],
 ) -> ProxyRoute | None:
     """The proxy for a tunnel to ``host:port``, or None to connect directly. ``url`` and
-    ``no_proxy`` (the agent's config) take precedence over the environment; ``credentials``
-    (from ``proxy.credentials_file``) over those in the URL. ValueError for a bad URL."""
+    ``no_proxy`` (the agent's config) take precedence over the environment (credentials from
+    ``proxy.credentials_file`` are GatewayTransport's business). ValueError for a bad URL."""
     chosen = url if url is not None else _env(environ, "https_proxy")
     if not chosen or chosen.strip().lower() == DIRECT:
         return None
     exempt = no_proxy if no_proxy is not None else _env(environ, "no_proxy")
     if (url is None and _is_loopback(host)) or bypasses(exempt, host, port):
         return None
-    route = parse_proxy_url(chosen.strip(), ca_file=ca_file)
-    if credentials is not None:
-        route = ProxyRoute(route.scheme, route.host, route.port, credentials, route.ca_file)
-    return route
+    return parse_proxy_url(chosen.strip(), ca_file=ca_file)

@@ -3,8 +3,11 @@ HTTPS_PROXY / NO_PROXY, and the agent's own setting first (raven.transport.proxy
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from raven.transport.gateway_connect import GatewayTransport
 from raven.transport.proxy_env import ProxyRoute, bypasses, parse_proxy_url, proxy_for
 
 ENV = {"HTTPS_PROXY": "http://user:p%40ss@proxy.corp:3128"}
@@ -27,9 +30,13 @@ def test_lower_case_variables_first_and_config_takes_precedence() -> None:
     assert proxy_for("gw", 443, environ={}) is None
 
 
-def test_credentials_file_overrides_the_url() -> None:
-    route = proxy_for("gw", 443, credentials="site:secret", environ=ENV)
+def test_credentials_file_overrides_the_url(tmp_path: Path) -> None:
+    creds = tmp_path / "credentials"
+    creds.write_text("site:secret\n")
+    transport = GatewayTransport(host="gw", proxy_credentials_file=str(creds), environ=ENV)
+    route = transport.proxy("gw", 443)
     assert route is not None and route.credentials == "site:secret"
+    assert transport.uses_proxy(443)
 
 
 @pytest.mark.parametrize(
