@@ -31,10 +31,14 @@ TURN_BUDGET_S = 0.002
 
 
 class TurnBudget:
-    """Feeds reads to ``receive`` (then calls ``after``) within a turn's budget."""
+    """Feeds reads to ``receive`` (then calls ``after``) within a turn's budget.
 
-    __slots__ = ("_after", "_clock", "_events_wait", "_loop", "_receive", "_slices_wait",
-                 "_transport", "paused")  # fmt: skip
+    What waits goes on in one callback a turn: deferred events first; slices of a read only
+    in a turn that ran no deferred events (so frames acted on by a deferred resume and by a
+    new slice never add up within one turn)."""
+
+    __slots__ = ("_after", "_clock", "_loop", "_receive", "_rest", "_scheduled", "_transport",
+                 "_works", "paused")  # fmt: skip
 
     def __init__(
         self,
@@ -49,7 +53,9 @@ class TurnBudget:
         self._after = after
         self._transport = transport
         self._clock = clock
-        self._slices_wait = self._events_wait = False
+        self._works: list[Callable[[], None]] = []  # deferred events, run next turn
+        self._rest: tuple[memoryview, int] | None = None  # a read's slices not yet fed
+        self._scheduled = False
         self.paused = False
 
     # ------------------------------------------------------------ reads
@@ -59,48 +65,55 @@ class TurnBudget:
     def _slices(self, view: memoryview, offset: int) -> None:
         start = before = self._clock()
         total = len(view)
-        self._slices_wait = False
         while offset < total and self._transport() is not None:
             end = offset + SLICE_BYTES
             self._receive(view[offset:end])
             offset = end
             now = self._clock()
             over = (now - start) + (now - before) > TURN_BUDGET_S
-            if offset < total and (over or self._events_wait):  # or its frames wait
-                self._slices_wait = True
-                self._pause()
-                self._loop.call_soon(self._next_slices, view, offset)
+            if offset < total and (over or self._works):  # or its frames wait
+                self._rest = (view, offset)
+                self._wait()
                 break
             before = now
         self._after()
 
-    def _next_slices(self, view: memoryview, offset: int) -> None:
-        if self._transport() is not None:  # else the tunnel closed: the rest is moot
-            self._slices(view, offset)
-            self._maybe_resume()
-
     # ------------------------------------------------------------ events
     def defer(self, work: Callable[[], None]) -> None:
         """The turn's budget is spent: pause reading and run ``work`` next turn."""
-        self._events_wait = True
-        self._pause()
-        self._loop.call_soon(self._deferred, work)
+        if work not in self._works:
+            self._works.append(work)
+        self._wait()
 
-    def _deferred(self, work: Callable[[], None]) -> None:
-        self._events_wait = False
-        if self._transport() is not None:
-            work()  # may defer again
-            self._maybe_resume()
-
-    # ------------------------------------------------------------ reading paused
-    def _pause(self) -> None:
+    # ------------------------------------------------------------ next turn
+    def _wait(self) -> None:
+        """Something waits: reading paused, one callback next turn."""
         transport = self._transport()
         if transport is not None and not self.paused:
             self.paused = True
             transport.pause_reading()
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._next_turn)
 
-    def _maybe_resume(self) -> None:
+    def _next_turn(self) -> None:
+        self._scheduled = False
+        if self._transport() is None:  # the tunnel closed: the rest is moot
+            self._works.clear()
+            self._rest = None
+            return
+        if self._works:
+            works, self._works = self._works, []
+            for work in works:
+                work()  # may defer again
+        elif self._rest is not None:
+            (view, offset), self._rest = self._rest, None
+            self._slices(view, offset)
         transport = self._transport()
-        if self.paused and not (self._slices_wait or self._events_wait) and transport:
+        if transport is None:
+            return
+        if self._works or self._rest is not None:
+            self._wait()
+        elif self.paused:
             self.paused = False
             transport.resume_reading()

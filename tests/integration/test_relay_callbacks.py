@@ -91,10 +91,18 @@ async def test_slow_gateway_reader_pauses_the_target_read(site: Site) -> None:
         # the gateway holds at most the window, the agent at most one read beyond the credit
         assert sum(len(c) for c in stream._chunks) <= window
         assert len(leg._pending) <= 256 * 1024
+        resumed: list[bool] = []
+        resume = leg._resume_reading
+
+        def counted_resume() -> None:  # the leg pauses again within a poll interval: count
+            resumed.append(leg._reading_paused)
+            resume()
+
+        leg._resume_reading = counted_resume  # type: ignore[method-assign]
         got = 0
         while got < 2 * window:  # reading the stream lets the target's bytes flow again
             got += len(await stream.read())
-        await wait_for(lambda: not agent_leg(site)._reading_paused, "reading resumed")
+        await wait_for(lambda: any(resumed), "reading resumed")
         feeder.cancel()
         stream.reset(StreamCode.CANCELLED, "test over")
         target.close()

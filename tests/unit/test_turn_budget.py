@@ -106,3 +106,25 @@ async def test_a_turn_stops_before_a_slice_that_would_overrun_it() -> None:
         await asyncio.sleep(0)
     assert order == ["slice", "slice", "after"] * 2 + ["slice", "after"]
     assert len(got) == 5
+
+
+async def test_a_turn_runs_deferred_events_or_a_slice_never_both() -> None:
+    """A deferred resume acts on up to CONTROL_FRAMES_PER_CALL frames, and so does a slice fed
+    with nothing waiting: the two in one turn would double the turn's share."""
+    order: list[str] = []
+    transport = Transport()
+
+    def receive(data: bytes | memoryview) -> None:
+        order.append(f"slice {bytes(data[:1]).decode()}")
+        if len(order) == 1:  # the first slice's frames wait (the tunnel defers its resume)
+            budget.defer(lambda: order.append("events"))
+
+    budget = TurnBudget(asyncio.get_running_loop(), receive, lambda: None,
+                        lambda: transport,  # type: ignore[arg-type,return-value]
+                        clock=lambda: 0.0)  # fmt: skip  # the time budget never runs out
+    budget.feed(b"a" * SLICE_BYTES + b"b" * SLICE_BYTES)
+    for turn in range(1, 4):
+        await asyncio.sleep(0)
+        order.append(f"turn {turn} over")
+    assert order == ["slice a", "events", "turn 1 over", "slice b", "turn 2 over", "turn 3 over"]
+    assert transport.calls == ["pause", "resume"] and not budget.paused
