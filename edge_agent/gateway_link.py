@@ -310,6 +310,7 @@ class GatewayLink:
             self.peer_suites = conn.peer_suites  # as the last re-handshake told
             self._let_go()
             self.tunnel = None
+            self.accepted_nodes = ()  # the gateway's answer held for that tunnel only
             self.metrics.live.tunnel_down(self.label, tunnel)
             if self.on_tunnel is not None:
                 self.on_tunnel(self, None)

@@ -204,12 +204,14 @@ async def test_dead_peer_detected_on_both_sides(site: Site) -> None:
     link = await site.start({"edge-echo-1": "127.0.0.1"}, [echo_port(site)])
     site.listener.bound = ("127.0.0.1", listener_port)
     await wait_for(lambda: link.connects == 1 and bool(site.registry.sessions))
+    await wait_for(lambda: link.accepted_nodes == ("edge-echo-1",), "the node accepted")
     relay.frozen = True
     # both sides find out through their keepalives (dead_peer_timeout_s is 2 s here), not
     # through TCP, which would take minutes on a silent path: the reason says which; the
     # wait's bound only detects a hang
     await wait_for(lambda: link.tunnel is None and not site.registry.sessions, timeout_s=30)
     assert link.last_error.startswith("keepalive_timeout"), link.last_error
+    assert link.accepted_nodes == ()  # the status no longer counts that tunnel's answer
     await link.stop(graceful=False)
     site.links.remove(link)
     await relay.stop()
