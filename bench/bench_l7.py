@@ -13,6 +13,7 @@ Paths compared (each middle box its own process, so CPU is measured per box from
               framing's own cost)
     tunnel-wss: the same over TLS (``wss://``; the gateway terminates TLS itself here, as a
               TLS-terminating load balancer would in front of it)
+    tunnel-wss-uvloop: the same with the agent on uvloop (its TLS transport, not asyncio's)
 
 Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the middle
 processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
@@ -49,7 +50,8 @@ from tests.helpers import free_port  # noqa: E402
 NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
 ALL_PATHS = (
-    "direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-uvloop", "tunnel-ws", "tunnel-wss"
+    "direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-uvloop", "tunnel-ws", "tunnel-wss",
+    "tunnel-wss-uvloop",
 )  # fmt: skip
 
 
@@ -378,7 +380,7 @@ def markdown(results: list[Result]) -> str:
         )
     raw = {r.conns: r for r in results if r.path == "tunnel"}
     for r in results:
-        if r.path in ("tunnel-ws", "tunnel-wss") and r.conns in raw:
+        if r.path in ("tunnel-ws", "tunnel-wss", "tunnel-wss-uvloop") and r.conns in raw:
             rows.append(f"\n{r.path} / tunnel at c={r.conns}: {_ratio(r, raw)} of the raw"
                         " tunnel's req/s")  # fmt: skip
     return "\n".join(rows)
@@ -457,7 +459,8 @@ def main() -> int:
                 wait_port(port)
                 setups["gateway"] = (f"http://127.0.0.1:{port}/metrics", host, [gw.pid])
             tunnels = (("tunnel", None, ""), ("tunnel-uvloop", "uvloop", ""),
-                       ("tunnel-ws", None, "ws"), ("tunnel-wss", None, "wss"))  # fmt: skip
+                       ("tunnel-ws", None, "ws"), ("tunnel-wss", None, "wss"),
+                       ("tunnel-wss-uvloop", "uvloop", "wss"))  # fmt: skip
             for path, event_loop, wss in tunnels:
                 if path not in paths:
                     continue

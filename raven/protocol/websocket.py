@@ -78,7 +78,7 @@ def mask_bytes(mask: bytes, data: bytes | bytearray | memoryview) -> bytearray:
 
 def encode_frame(
     payload: bytes | bytearray | memoryview, *, opcode: int = BINARY, mask_key: bytes | None
-) -> bytes:
+) -> bytes | bytearray:
     """One final frame; the client's are masked with ``mask_key`` (4 fresh random bytes per
     frame, RFC 6455 5.3: the adapter draws them), the server's are not (None)."""
     n = len(payload)
@@ -90,8 +90,10 @@ def encode_frame(
     else:
         head = bytes((_FIN | opcode, mbit | 127)) + _U64.pack(n)
     if mask_key is None:
-        return head + bytes(payload)
-    return head + mask_key + mask_bytes(mask_key, payload)
+        return b"".join((head, payload))  # one copy of the payload
+    frame = mask_bytes(mask_key, payload)  # one copy, masked in place ...
+    frame[:0] = head + mask_key  # ... and the head put before it (a move, no new buffer)
+    return frame
 
 
 def close_payload(code: int, reason: str = "") -> bytes:
@@ -118,33 +120,44 @@ class FrameReader:
 
     def feed(self, data: bytes) -> tuple[list[bytes], list[Control]]:
         """The stream bytes and the control frames in what has arrived so far (a partial
-        frame waits for more). WebSocketError when the framing is broken."""
+        frame waits for more). WebSocketError when the framing is broken.
+
+        A payload is read straight out of ``data`` when nothing was pending (the common
+        case: a read of whole frames): one copy (two for a client's, unmasked in the first)."""
         if self.closed:
             return [], []
         buf = self._buf
-        buf += data
+        src: bytes | bytearray = data
+        if buf:
+            buf += data
+            src = buf
         chunks: list[bytes] = []
         controls: list[Control] = []
         pos = 0
-        while (frame := self._next_frame(buf, pos)) is not None:
-            opcode, start, end = frame
-            if self._masked:
-                key = bytes(buf[start - 4 : start])
-                payload = bytes(mask_bytes(key, memoryview(buf)[start:end]))
-            else:
-                payload = bytes(buf[start:end])
-            pos = end
-            if opcode >= 0x8:
-                controls.append(Control(opcode, payload))
-                if opcode == CLOSE:
-                    self.closed = True
-                    break
-            elif payload:
-                chunks.append(payload)
-        del buf[:pos]
+        with memoryview(src) as view:
+            while (frame := self._next_frame(src, pos)) is not None:
+                opcode, start, end = frame
+                if self._masked:
+                    unmasked = bytearray(view[start:end])
+                    MASKER.impl(bytes(view[start - 4 : start]), unmasked)
+                    payload = bytes(unmasked)
+                else:
+                    payload = view[start:end].tobytes()
+                pos = end
+                if opcode >= 0x8:
+                    controls.append(Control(opcode, payload))
+                    if opcode == CLOSE:
+                        self.closed = True
+                        break
+                elif payload:
+                    chunks.append(payload)
+            if src is not buf and pos < len(data):
+                buf += view[pos:]  # a partial frame waits for the rest
+        if src is buf:
+            del buf[:pos]
         return chunks, controls
 
-    def _next_frame(self, buf: bytearray, pos: int) -> tuple[int, int, int] | None:
+    def _next_frame(self, buf: bytes | bytearray, pos: int) -> tuple[int, int, int] | None:
         """(opcode, payload start, payload end) of the whole frame at ``pos``, None while it
         is incomplete; WebSocketError for a frame that breaks the rules."""
         size = len(buf)

@@ -23,6 +23,7 @@ from typing import Any
 
 from raven.logs import fields
 from raven.protocol import websocket as ws
+from raven.transport.read_buffer import CopyingReader
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,10 @@ class WebSocketTransport(asyncio.Transport):
         return self._protocol
 
 
-class WebSocketReceiver(asyncio.Protocol):
-    """The transport underneath's protocol: frames in, stream bytes to the tunnel."""
+class WebSocketReceiver(CopyingReader):
+    """The transport underneath's protocol: frames in, stream bytes to the tunnel. A
+    CopyingReader: the standard library's TCP and TLS transports read into the thread's
+    buffer, not a fresh 256 KiB one per read (raven.transport.read_buffer)."""
 
     def __init__(self, transport: WebSocketTransport, inner: asyncio.Transport, *, client: bool):
         self.transport = transport
