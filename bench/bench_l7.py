@@ -465,9 +465,10 @@ def main() -> int:
                 if path not in paths:
                     continue
                 # every wrk connection scrapes the one node here: the per-node limit (64 by default,
-                # 503 beyond) would measure refusals at c=256, not the relay
+                # 503 beyond) would measure refusals at c=256, not the relay; twice the connections:
+                # a slot is freed a moment after the response's last byte, which wrk answers at once
                 gw_conf, agent_conf, port = write_tunnel_configs(
-                    tmp, target_port, event_loop, max(64, *args.conns), wss
+                    tmp, target_port, event_loop, 2 * max(64, *args.conns), wss
                 )
                 cli = [sys.executable, "-m", "raven.cli"]
                 gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT)
