@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from cloud_gateway.backfill.remote_write import RemoteWriteError, RemoteWriter, encode_body
+from cloud_gateway.backfill.remote_write import RemoteWriteError, RemoteWriter, Series, encode_body
 from cloud_gateway.backfill.series import convert
 from raven.backfill.wire import (
     BACKFILL_NODE,
@@ -57,9 +57,16 @@ class BackfillMetrics:
         )
         self.writes = Counter(
             "raven_gateway_backfill_remote_writes_total",
-            "Remote-write requests to Prometheus by result (ok, client_error, server_error,"
-            " unreachable).",
+            "Remote-write requests to the receiver by result (ok, throttled: 429,"
+            " client_error: other 4xx, server_error, unreachable: no answer, TLS or a secret"
+            " file unreadable).",
             ["result"],
+            registry=registry,
+        )
+        self.deferred = Counter(
+            "raven_gateway_backfill_batches_deferred_total",
+            "Agents' batches answered 'retry later' without a request, while the receiver's"
+            " Retry-After had not passed.",
             registry=registry,
         )
         self.duration = Histogram(
@@ -118,11 +125,15 @@ class BackfillReceiver:
         self.config = config
         self.jobs = {j.port: j for j in config.jobs}
         self.discovery = discovery
-        self.writer = writer or RemoteWriter(config.remote_write_url, config.timeout_s)
+        self.writer = writer or RemoteWriter(
+            config.remote_write_url, config.timeout_s, config.remote_write
+        )
         self.clock = clock
         self.metrics = BackfillMetrics(registry)
         self.status: dict[str, AgentBackfillStatus] = {}
         self._writes = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
+        #: wall time before which the receiver asked not to be written to (Retry-After)
+        self._not_before = 0.0
 
     async def close(self) -> None:
         await self.writer.close()
@@ -190,23 +201,42 @@ class BackfillReceiver:
                 log.warning("backfill samples dropped agent=%s reason=%s samples=%d",
                             agent, reason, n)  # fmt: skip
         if conv.series:
-            try:
-                body = await asyncio.to_thread(encode_body, conv.series)
-                async with self._writes:
-                    started = time.monotonic()
-                    await self.writer.write(body)
-                    self.metrics.duration.observe(time.monotonic() - started)
-            except RemoteWriteError as exc:
-                result = (
-                    "unreachable" if exc.status == 0
-                    else "client_error" if exc.status < 500 else "server_error"
-                )  # fmt: skip
-                self.metrics.writes.labels(result).inc()
-                status.last_error = str(exc)
-                log.warning("backfill remote write failed agent=%s err=%s", agent, exc)
-                return Ack(batch.batch_id, ok=False, retry=True, error=f"prometheus: {exc}")
-            self.metrics.writes.labels("ok").inc()
+            refused = await self.write_series(agent, conv.series)
+            if refused is not None:
+                status.last_error = refused.error
+                return Ack(batch.batch_id, ok=False, retry=True, error=refused.error,
+                           retry_after_s=refused.retry_after_s)  # fmt: skip
         self.metrics.samples.labels(agent, "written").inc(conv.samples)
         status.samples_written += conv.samples
         status.last_error = ""
         return Ack(batch.batch_id, ok=True, written=conv.samples, dropped=conv.dropped)
+
+    async def write_series(self, agent: str, series: list[Series]) -> Ack | None:
+        """Write to the receiver; None when it answered 2xx, else the refusal to send back
+        (the agent keeps the batch), the receiver's Retry-After in it."""
+        wait = self._not_before - self.clock()
+        if wait > 0:  # the receiver asked for a pause: no request until it is over
+            self.metrics.deferred.inc()
+            error = f"receiver: asked to wait, {wait:.0f} s left (Retry-After)"
+            return Ack(0, ok=False, retry=True, error=error, retry_after_s=wait)
+        try:
+            body = await asyncio.to_thread(encode_body, series)
+            async with self._writes:
+                started = time.monotonic()
+                await self.writer.write(body)
+                self.metrics.duration.observe(time.monotonic() - started)
+        except RemoteWriteError as exc:
+            result = (
+                "unreachable" if exc.status == 0
+                else "throttled" if exc.status == 429
+                else "client_error" if exc.status < 500 else "server_error"
+            )  # fmt: skip
+            self.metrics.writes.labels(result).inc()
+            wait = min(exc.retry_after_s or 0.0, self.config.max_retry_after_s)
+            if wait > 0:
+                self._not_before = max(self._not_before, self.clock() + wait)
+            log.warning("backfill remote write failed agent=%s err=%s retry_after_s=%.0f",
+                        agent, exc, wait)  # fmt: skip
+            return Ack(0, ok=False, retry=True, error=f"receiver: {exc}", retry_after_s=wait)
+        self.metrics.writes.labels("ok").inc()
+        return None

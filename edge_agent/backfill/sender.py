@@ -40,7 +40,12 @@ MAX_BACKOFF_S = 30.0
 
 
 class BatchRefused(Exception):
-    pass
+    """The gateway kept the batch out (its receiver refused or asked to wait): send it
+    again after the backoff, and not before ``retry_after_s``."""
+
+    def __init__(self, error: str, retry_after_s: float = 0.0) -> None:
+        super().__init__(error)
+        self.retry_after_s = retry_after_s
 
 
 class Sender:
@@ -106,7 +111,7 @@ class Sender:
             except BatchRefused as exc:
                 self.last_error = str(exc)
                 self.metrics.batches.labels("retry").inc()
-                delay = retry.next_delay()
+                delay = max(retry.next_delay(), exc.retry_after_s)  # the receiver's Retry-After
                 log.warning("backfill batch not stored err=%s retry_in_s=%.1f", exc, delay)
             else:
                 retry.reset()
@@ -168,7 +173,7 @@ class Sender:
             log.error("gateway refused a backfill batch samples=%d err=%s", samples, ack.error)
             self.last_error = ack.error
             return len(data)
-        raise BatchRefused(ack.error or "gateway asked to retry")
+        raise BatchRefused(ack.error or "gateway asked to retry", ack.retry_after_s)
 
     async def _read_ack(self, stream: TunnelStream) -> Ack:
         while True:

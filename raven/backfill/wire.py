@@ -68,6 +68,9 @@ class Ack:
     #: samples written, and dropped by reason (``too_old``, ``future``, ``no_job`` ...)
     written: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    #: (with ``retry``) not before this many seconds: the receiver's Retry-After (0: the
+    #: agent's own backoff); an older agent ignores the field
+    retry_after_s: float = 0.0
 
 
 def _float_out(v: float) -> float | str:
@@ -147,6 +150,7 @@ def encode_ack(ack: Ack) -> bytes:
             "error": ack.error[:500],
             "written": ack.written,
             "dropped": ack.dropped,
+            "retry_after_s": ack.retry_after_s,
         }
     )
 
@@ -191,6 +195,9 @@ def decode_ack(obj: dict[str, Any]) -> Ack:
     ):
         raise WireError("ack dropped malformed")
     error = obj.get("error", "")
+    wait = obj.get("retry_after_s", 0.0)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 86400:
+        raise WireError("ack retry_after_s malformed")
     return Ack(
         _int(obj, "ack"),
         bool(obj.get("ok")),
@@ -198,6 +205,7 @@ def decode_ack(obj: dict[str, Any]) -> Ack:
         error if isinstance(error, str) else "",
         _int(obj, "written") if "written" in obj else 0,
         dropped,
+        float(wait),
     )
 
 

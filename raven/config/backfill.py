@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raven.config.loader import doc
+from raven.config.remote_write import RemoteWriteConfig
 from raven.protocol.names import is_valid_node_name
 
 
@@ -140,8 +141,13 @@ class GatewayBackfillConfig:
 
     enabled: bool = doc("Accept backfill from agents.", default=False)
     remote_write_url: str = doc(
-        "Prometheus's receiver (needs --web.enable-remote-write-receiver).",
+        "The remote-write receiver: Prometheus (needs --web.enable-remote-write-receiver),"
+        " VictoriaMetrics, Thanos Receive, Mimir, a managed service (docs/backfill.md).",
         default="http://127.0.0.1:9090/api/v1/write",
+    )
+    remote_write: RemoteWriteConfig = doc(
+        "Authentication, TLS and headers for the receiver (Prometheus's `remote_write` names).",
+        default_factory=RemoteWriteConfig,
     )
     out_of_order_window_s: float = doc(
         "Prometheus's storage.tsdb.out_of_order_time_window; older samples are dropped"
@@ -153,6 +159,11 @@ class GatewayBackfillConfig:
         default=10.0,
     )
     timeout_s: float = doc("Timeout of one remote-write request.", default=30.0)
+    max_retry_after_s: float = doc(
+        "The longest wait a receiver's `Retry-After` (429, 503) is honoured for; meanwhile"
+        " batches are kept by the agents, not sent.",
+        default=300.0,
+    )
     jobs: list[BackfillJob] = doc(
         "Job per edge port; ports not listed are not backfilled.", default_factory=list
     )
@@ -160,7 +171,12 @@ class GatewayBackfillConfig:
     def __post_init__(self) -> None:
         if not self.remote_write_url.startswith(("http://", "https://")):
             raise ValueError("backfill.remote_write_url must be an http(s) URL")
-        if self.out_of_order_window_s <= 0 or self.timeout_s <= 0 or self.max_clock_skew_s < 0:
+        if (
+            self.out_of_order_window_s <= 0
+            or self.timeout_s <= 0
+            or self.max_clock_skew_s < 0
+            or self.max_retry_after_s < 0
+        ):
             raise ValueError("backfill: windows and timeouts must be positive")
         ports = [j.port for j in self.jobs]
         if len(set(ports)) != len(ports):

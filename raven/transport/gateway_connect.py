@@ -18,14 +18,12 @@ import os
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raven.protocol import tunnel_http as th
 from raven.transport.proxy_env import ProxyRoute, proxy_for
+from raven.transport.tls_client import client_tls_context
 from raven.transport.websocket_transport import stack_websocket
-
-if TYPE_CHECKING:
-    import ssl
 
 __all__ = ["WEBSOCKET_SUBPROTOCOL", "GatewayTransport", "TransportFailed", "connect_tunnel"]
 
@@ -90,23 +88,6 @@ class GatewayTransport:
             ca_file=self.proxy_ca_file,
             environ=self.environ,
         )
-
-
-_contexts: dict[tuple[str | None, bool], ssl.SSLContext] = {}
-
-
-def client_tls_context(ca_file: str | None) -> ssl.SSLContext:
-    """A TLS client context verifying certificates against ``ca_file`` or the system's CAs
-    (made once per CA file)."""
-    key = (ca_file, True)
-    ctx = _contexts.get(key)
-    if ctx is None:
-        import ssl
-
-        ctx = ssl.create_default_context(cafile=ca_file)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        _contexts[key] = ctx
-    return ctx
 
 
 class _Exchange(asyncio.Protocol):
