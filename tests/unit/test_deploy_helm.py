@@ -152,6 +152,22 @@ def with_backfill_l3_emptydir() -> dict[str, Any]:
     return values
 
 
+def with_backfill_authenticated() -> dict[str, Any]:
+    """Backfill into an authenticated receiver (ACK's managed Prometheus: Basic auth with an
+    AccessKey pair), with a CA of its own, a client certificate and a tenant header."""
+    values = with_backfill()
+    values["gateway"]["backfill"]["remoteWriteUrl"] = "https://rw.example.com/api/v1/write"
+    values["gateway"]["backfill"]["maxRetryAfterSeconds"] = 120
+    values["gateway"]["backfill"]["remoteWrite"] = {
+        "secretName": "raven-remote-write",
+        "basicAuth": {"username": "LTAI-access-key-id", "passwordKey": "password"},
+        "tls": {"caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "tls.key",
+                "serverName": "rw.example.com"},
+        "headers": {"X-Scope-OrgID": "edge"},
+    }  # fmt: skip
+    return values
+
+
 def documented_backfill_values() -> dict[str, Any]:
     """The ``values-kps.yaml`` block of docs/kubernetes.md with its ``backfill`` block."""
     values = documented_values()
@@ -184,6 +200,7 @@ VARIANTS: dict[str, Callable[[], dict[str, Any]]] = {
     "docs-backfill": documented_backfill_values,
     "backfill-pvc": with_backfill,
     "backfill-emptydir-l3": with_backfill_l3_emptydir,
+    "backfill-authenticated": with_backfill_authenticated,
     "no-sites": base_values,
     "two-sites-numeric-name": two_sites,
     "two-sites-l3": lambda: two_sites(l3=True),

@@ -18,6 +18,7 @@ from raven.commands.check_config import check_file
 from raven.config.agent import load_agent_config
 from raven.config.backfill import BackfillJob
 from raven.config.gateway import load_gateway_config
+from raven.config.remote_write import RemoteWriteConfig, RemoteWriteTlsConfig
 from tests.unit.test_deploy_common import ROOT, container, find, pod_spec
 from tests.unit.test_deploy_helm import (
     CHART,
@@ -69,6 +70,8 @@ def test_gateway_backfill_section_maps_the_values(
     assert cfg.out_of_order_window_s == want["outOfOrderWindowSeconds"]
     assert cfg.max_clock_skew_s == want["maxClockSkewSeconds"]
     assert cfg.timeout_s == want["timeoutSeconds"]
+    assert cfg.max_retry_after_s == want["maxRetryAfterSeconds"]
+    check_remote_write(cfg.remote_write, want["remoteWrite"], objs)
     if want["jobs"]:
         expected = [
             BackfillJob(
@@ -94,6 +97,61 @@ def test_gateway_backfill_section_maps_the_values(
             )
         assert len(expected) == len(values["scrapeConfig"]["ports"])
     assert sorted(cfg.jobs, key=lambda j: j.port) == sorted(expected, key=lambda j: j.port)
+
+
+def check_remote_write(client: RemoteWriteConfig, want: dict[str, Any], objs: list[Any]) -> None:
+    """The receiver's settings point into the mounted Secret, key for key."""
+    deployment = find(objs, "Deployment", "raven-gateway")
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    mounts = {m["name"]: m for m in container(deployment, "gateway")["volumeMounts"]}
+    if not want["secretName"]:
+        assert client == RemoteWriteConfig(headers=want["headers"])
+        assert "remote-write" not in volumes
+        return
+    assert volumes["remote-write"]["secret"]["secretName"] == want["secretName"]
+    assert mounts["remote-write"] == {"name": "remote-write", "readOnly": True,
+                                      "mountPath": "/etc/raven/remote-write"}  # fmt: skip
+
+    def files(key: str) -> str | None:
+        return f"/etc/raven/remote-write/{key}" if key else None
+
+    basic, tls = want["basicAuth"], want["tls"]
+    assert client.bearer_token_file == files(want["bearerTokenKey"])
+    assert (client.basic_auth.username, client.basic_auth.password_file) == (  # type: ignore[union-attr]
+        basic["username"], files(basic["passwordKey"]))  # fmt: skip
+    assert client.tls_config == RemoteWriteTlsConfig(
+        ca_file=files(tls["caKey"]),
+        cert_file=files(tls["certKey"]),
+        key_file=files(tls["keyKey"]),
+        server_name=tls["serverName"] or None,
+        insecure_skip_verify=tls["insecureSkipVerify"],
+    )
+    assert client.headers == want["headers"]
+
+
+@pytest.mark.parametrize(
+    ("remote_write", "message"),
+    [
+        ({"bearerTokenKey": "token"}, "secretName, which is empty"),
+        (
+            {
+                "secretName": "s",
+                "bearerTokenKey": "t",
+                "basicAuth": {"username": "u", "passwordKey": "p"},
+            },
+            "exclude each other",
+        ),
+        ({"secretName": "s", "basicAuth": {"username": "u"}}, "go together"),
+        ({"secretName": "s", "tls": {"certKey": "tls.crt"}}, "go together"),
+    ],
+)
+def test_remote_write_settings_that_cannot_work_fail_the_render(
+    remote_write: dict[str, Any], message: str
+) -> None:
+    values = VARIANTS["backfill-pvc"]()
+    values["gateway"]["backfill"]["remoteWrite"] = remote_write
+    with pytest.raises(Exception, match=message):
+        render(values)
 
 
 def test_agent_buffer_is_on_its_volume(

@@ -210,8 +210,43 @@ its http_sd target labels. */}}
 {{- else -}}
 {{- fail "gateway.backfill.enabled needs gateway.backfill.jobs (the Prometheus job of each edge port), or scrapeConfig.enabled (one job per scrapeConfig.ports)" -}}
 {{- end -}}
-{{- $cfg := dict "enabled" true "remote_write_url" $bf.remoteWriteUrl "out_of_order_window_s" $bf.outOfOrderWindowSeconds "max_clock_skew_s" $bf.maxClockSkewSeconds "timeout_s" $bf.timeoutSeconds "jobs" $jobs -}}
+{{- $cfg := dict "enabled" true "remote_write_url" $bf.remoteWriteUrl "out_of_order_window_s" $bf.outOfOrderWindowSeconds "max_clock_skew_s" $bf.maxClockSkewSeconds "timeout_s" $bf.timeoutSeconds "max_retry_after_s" ($bf.maxRetryAfterSeconds | default 300) "jobs" $jobs -}}
+{{- $client := include "raven.remoteWriteClient" . | fromYaml -}}
+{{- if $client }}{{ $_ := set $cfg "remote_write" $client }}{{ end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The gateway's backfill.remote_write section from gateway.backfill.remoteWrite: files
+     of the Secret mounted at /etc/raven/remote-write (raven.remoteWriteVolume). */}}
+{{- define "raven.remoteWriteClient" -}}
+{{- $rw := .Values.gateway.backfill.remoteWrite | default dict -}}
+{{- $dir := "/etc/raven/remote-write" -}}
+{{- $basic := $rw.basicAuth | default dict -}}
+{{- $tls := $rw.tls | default dict -}}
+{{- $keys := list $rw.bearerTokenKey $basic.passwordKey $tls.caKey $tls.certKey $tls.keyKey | compact -}}
+{{- if and $keys (not $rw.secretName) -}}
+{{- fail "gateway.backfill.remoteWrite: the *Key settings name keys of remoteWrite.secretName, which is empty" -}}
+{{- end -}}
+{{- if and $rw.bearerTokenKey $basic.username -}}
+{{- fail "gateway.backfill.remoteWrite: bearerTokenKey and basicAuth exclude each other" -}}
+{{- end -}}
+{{- if ne (empty $basic.username) (empty $basic.passwordKey) -}}
+{{- fail "gateway.backfill.remoteWrite.basicAuth: username and passwordKey go together" -}}
+{{- end -}}
+{{- if ne (empty $tls.certKey) (empty $tls.keyKey) -}}
+{{- fail "gateway.backfill.remoteWrite.tls: certKey and keyKey go together" -}}
+{{- end -}}
+{{- $out := dict -}}
+{{- if $rw.bearerTokenKey }}{{ $_ := set $out "bearer_token_file" (printf "%s/%s" $dir $rw.bearerTokenKey) }}{{ end -}}
+{{- if $basic.username }}{{ $_ := set $out "basic_auth" (dict "username" $basic.username "password_file" (printf "%s/%s" $dir $basic.passwordKey)) }}{{ end -}}
+{{- $t := dict -}}
+{{- if $tls.caKey }}{{ $_ := set $t "ca_file" (printf "%s/%s" $dir $tls.caKey) }}{{ end -}}
+{{- if $tls.certKey }}{{ $_ := set $t "cert_file" (printf "%s/%s" $dir $tls.certKey) }}{{ $_ := set $t "key_file" (printf "%s/%s" $dir $tls.keyKey) }}{{ end -}}
+{{- if $tls.serverName }}{{ $_ := set $t "server_name" $tls.serverName }}{{ end -}}
+{{- if $tls.insecureSkipVerify }}{{ $_ := set $t "insecure_skip_verify" true }}{{ end -}}
+{{- if $t }}{{ $_ := set $out "tls_config" $t }}{{ end -}}
+{{- if $rw.headers }}{{ $_ := set $out "headers" $rw.headers }}{{ end -}}
+{{- if $out }}{{ toYaml $out }}{{ end -}}
 {{- end -}}
 
 {{/* The spec of an agent's buffer PersistentVolumeClaim (agent.backfill.persistence). */}}
