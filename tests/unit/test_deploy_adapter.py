@@ -6,8 +6,10 @@ ack``; every metric the HPA example reads is served in every mode."""
 from __future__ import annotations
 
 import re
+from types import ModuleType
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_exporter.cli import build_exporter
 from gpu_exporter.exposition import HOSTNAME_LABELS, LABEL_MODES
 from raven.cli import build_parser
+from tests.helpers import load_script
 from tests.unit.test_deploy_common import ROOT
 
 ADAPTER = ROOT / "deploy" / "prometheus-adapter"
@@ -94,3 +97,98 @@ def test_every_rule_discovers_series_and_the_hpa_reads_served_metrics(
     (hpa,) = [d for d in yaml.safe_load_all((ADAPTER / "hpa-gpu-example.yaml").read_text()) if d]
     for metric in hpa["spec"]["metrics"]:
         assert served.get(metric["pods"]["metric"]["name"]), metric
+
+
+#: The prometheus-adapter chart's values this project sets, as its values.yaml documents them
+#: (prometheus-community/helm-charts, charts/prometheus-adapter: ``prometheus.url/port/path``;
+#: ``rules.default/custom/existing/external/resource``; a rule as in prometheus-adapter's
+#: docs/config.md: seriesQuery, seriesFilters, resources (overrides or template), name
+#: (matches, as), metricsQuery). The chart ships no values.schema.json: this is the check.
+RULE_SCHEMA = {
+    "type": "object",
+    "required": ["seriesQuery", "resources", "metricsQuery"],
+    "additionalProperties": False,
+    "properties": {
+        "seriesQuery": {"type": "string", "minLength": 1},
+        "seriesFilters": {"type": "array", "items": {"type": "object"}},
+        "resources": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "template": {"type": "string"},
+                "overrides": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "required": ["resource"],
+                        "properties": {"group": {"type": "string"}, "resource": {"type": "string"}},
+                        "additionalProperties": False,
+                    },
+                },
+            },
+        },
+        "name": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"matches": {"type": "string"}, "as": {"type": "string"}},
+        },
+        "metricsQuery": {"type": "string", "pattern": "<<\\.Series>>"},
+    },
+}
+ADAPTER_VALUES_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "prometheus": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["url", "port"],
+            "properties": {
+                "url": {"type": "string", "pattern": "^https?://"},
+                "port": {"type": "integer"},
+                "path": {"type": "string"},
+            },
+        },
+        "rules": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "default": {"type": "boolean"},
+                "custom": {"type": "array", "items": RULE_SCHEMA, "minItems": 1},
+                "existing": {"type": ["string", "null"]},
+                "external": {"type": "array", "items": RULE_SCHEMA},
+                "resource": {"type": "object"},
+            },
+        },
+    },
+}
+
+
+def gen_adapter_values() -> ModuleType:
+    return load_script(ROOT / "scripts/gen_adapter_values.py")
+
+
+@pytest.mark.parametrize(
+    "name", ["values-prometheus-adapter.yaml", "values-prometheus-adapter-ack.yaml"]
+)
+def test_adapter_chart_values_carry_the_rules(name: str) -> None:
+    """The values file for the upstream chart is what the generator writes from the rules
+    ConfigMap (one source), fits the chart's documented values, and its rules are the ones
+    the HPA test above checks: the chart puts ``rules.custom`` verbatim under ``rules:``."""
+    gen = gen_adapter_values()
+    text = (ADAPTER / name).read_text()
+    assert text == gen.render(name), "run scripts/gen_adapter_values.py"
+    values = yaml.safe_load(text)
+    jsonschema.validate(values, ADAPTER_VALUES_SCHEMA)
+    rules_file = gen.VALUES[name][0]
+    assert values["rules"]["custom"] == rules(rules_file)
+    assert values["rules"]["default"] is False
+    assert ".svc" in values["prometheus"]["url"]
+
+
+def test_the_docs_install_the_adapter_with_the_values_file() -> None:
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    step = text.split("## 9. ", 1)[1].split("\n## ", 1)[0]
+    assert "helm install prometheus-adapter prometheus-community/prometheus-adapter" in step
+    assert "-f deploy/prometheus-adapter/values-prometheus-adapter.yaml" in step
+    assert "custom.metrics.k8s.io" in step
