@@ -1,7 +1,9 @@
 """What Prometheus scrapes through this agent, and when the agent must scrape it itself.
 
 Sans-IO: the relay feeds the request bytes of each stream to a :class:`RequestSniffer`; the
-:class:`TargetTable` records per target (node, port, path) the headers that matter, the
+:class:`TargetTable` records per target (node, port, path, and the scraper: which Prometheus
+made the request, as the gateway names it in ``X-Raven-Scraper``, so that each replica of an
+HA pair, or each of two servers, is learned and backfilled on its own) the headers that matter, the
 interval (median of the last arrival gaps), the last arrival, and decides, given ``now`` and
 whether a tunnel is up, which targets are due for a local scrape:
 
@@ -21,6 +23,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from raven.backfill.wire import MAX_SCRAPER_CHARS
+
 #: Request heads larger than this are not looked at (Prometheus sends ~300 bytes).
 MAX_SNIFF_BYTES = 8192
 #: Arrival gaps kept per target for the interval estimate.
@@ -29,8 +33,12 @@ ARRIVALS_KEPT = 9
 MIN_INTERVAL_S = 0.2
 MAX_INTERVAL_S = 3600.0
 TIMEOUT_HEADER = "x-prometheus-scrape-timeout-seconds"
+#: Set by the gateway on every request it relays while backfill is on: the scraping client's
+#: address (a client's own header of that name is dropped by the gateway).
+SCRAPER_HEADER = "x-raven-scraper"
+_SCRAPER_CHARS = frozenset("0123456789abcdefABCDEF.:[]")
 
-TargetKey = tuple[str, int, str]  # node, port, path (with query)
+TargetKey = tuple[str, int, str, str]  # node, port, path (with query), scraper
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,12 @@ class RequestSeen:
     path: str
     accept: str
     timeout_s: float | None
+    scraper: str = ""
+
+
+def valid_scraper(value: str) -> bool:
+    """An address as the gateway writes it (IPv4, IPv6): anything else is not trusted."""
+    return len(value) <= MAX_SCRAPER_CHARS and set(value) <= _SCRAPER_CHARS
 
 
 def parse_request_head(node: str, port: int, head: bytes) -> RequestSeen | None:
@@ -59,7 +73,7 @@ def parse_request_head(node: str, port: int, head: bytes) -> RequestSeen | None:
         target = rest[slash:] if slash >= 0 else "/"
     if not target.startswith("/") or len(target) > 2048:
         return None
-    accept = ""
+    accept = scraper = ""
     timeout: float | None = None
     for line in lines[1:]:
         name, sep, value = line.partition(":")
@@ -75,7 +89,11 @@ def parse_request_head(node: str, port: int, head: bytes) -> RequestSeen | None:
                 timeout = None
             if timeout is not None and not 0 < timeout <= MAX_INTERVAL_S:
                 timeout = None
-    return RequestSeen(node, port, target, accept, timeout)
+        elif key == SCRAPER_HEADER:
+            scraper = value.strip()
+            if not valid_scraper(scraper):
+                return None  # the gateway writes it: garbage here is not a scrape it relayed
+    return RequestSeen(node, port, target, accept, timeout, scraper)
 
 
 class RequestSniffer:
@@ -121,10 +139,12 @@ class Target:
     local: bool = False
     next_slot: float = 0.0
     arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=ARRIVALS_KEPT))
+    #: who scrapes it ("" before the gateway named scrapers, and for configured targets)
+    scraper: str = ""
 
     @property
     def key(self) -> TargetKey:
-        return (self.node, self.port, self.path)
+        return (self.node, self.port, self.path, self.scraper)
 
     def scrape_timeout_s(self) -> float:
         if self.timeout_s is not None:
@@ -184,14 +204,17 @@ class TargetTable:
 
     def observe(self, seen: RequestSeen, now: float) -> Served | None:
         """Prometheus scraped ``seen`` at ``now``."""
-        key = (seen.node, seen.port, seen.path)
+        key = (seen.node, seen.port, seen.path, seen.scraper)
         t = self.targets.get(key)
+        if t is None and seen.scraper:  # a configured target, now scraped by a named scraper
+            explicit = self.targets.get((seen.node, seen.port, seen.path, ""))
+            t = explicit if explicit is not None and explicit.explicit else None
         new = t is None
         if t is None:
             if len(self.targets) >= self.max_targets:
                 self.refused += 1
                 return None
-            t = Target(seen.node, seen.port, seen.path)
+            t = Target(seen.node, seen.port, seen.path, scraper=seen.scraper)
             self.targets[key] = t
         if seen.accept:
             t.accept = seen.accept

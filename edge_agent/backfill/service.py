@@ -107,13 +107,14 @@ class BackfillService:
         if served is None:
             return
         if served.new:
-            log.info("backfill: learned target %s:%d%s", seen.node, seen.port, seen.path)
+            log.info("backfill: learned target %s:%d%s scraper=%s",
+                     seen.node, seen.port, seen.path, seen.scraper or "-")  # fmt: skip
             self._db_later(self._store().save_target, served.target)
         if served.delete_local_from is not None:
             t = served.target
             log.info("backfill: Prometheus scrapes %s:%d%s again", t.node, t.port, t.path)
             self._db_later(
-                self._store().delete_local_from, t.node, t.port, t.path,
+                self._store().delete_local_from, t.key,
                 int(served.delete_local_from * 1000),
             )  # fmt: skip
             self._db_later(self._store().save_target, t)
@@ -251,7 +252,7 @@ class BackfillService:
             def parse_and_store() -> int:
                 samples = parse_exposition(body, ctype, cap)
                 ts_ms = int(started * 1000)
-                store.add(Scrape(t.node, t.port, t.path, ts_ms, tuple(samples)), ts_ms)
+                store.add(Scrape(t.node, t.port, t.path, ts_ms, tuple(samples), t.scraper), ts_ms)
                 return len(samples)
 
             try:

@@ -21,14 +21,28 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_agent.backfill.learn import Target
+from edge_agent.backfill.learn import Target, TargetKey
 from raven.backfill.wire import Sample, Scrape, WireError, samples_from_json, samples_to_json
 
+#: A buffer written before targets had a scraper: the table rebuilt with the column (ids
+#: kept, so the scrapes keep their targets), every old target the unnamed scraper's.
+_ADD_SCRAPER = """
+CREATE TABLE targets_v2 (
+    id INTEGER PRIMARY KEY, node TEXT NOT NULL, port INTEGER NOT NULL, path TEXT NOT NULL,
+    scraper TEXT NOT NULL DEFAULT '',
+    accept TEXT NOT NULL, timeout_s REAL, interval_s REAL, last_seen REAL NOT NULL,
+    UNIQUE (node, port, path, scraper));
+INSERT INTO targets_v2 (id, node, port, path, scraper, accept, timeout_s, interval_s, last_seen)
+    SELECT id, node, port, path, '', accept, timeout_s, interval_s, last_seen FROM targets;
+DROP TABLE targets;
+ALTER TABLE targets_v2 RENAME TO targets;
+"""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS targets (
     id INTEGER PRIMARY KEY, node TEXT NOT NULL, port INTEGER NOT NULL, path TEXT NOT NULL,
+    scraper TEXT NOT NULL DEFAULT '',
     accept TEXT NOT NULL, timeout_s REAL, interval_s REAL, last_seen REAL NOT NULL,
-    UNIQUE (node, port, path));
+    UNIQUE (node, port, path, scraper));
 CREATE TABLE IF NOT EXISTS scrapes (
     id INTEGER PRIMARY KEY AUTOINCREMENT, target_id INTEGER NOT NULL, ts_ms INTEGER NOT NULL,
     nsamples INTEGER NOT NULL, nbytes INTEGER NOT NULL, data BLOB NOT NULL);
@@ -92,11 +106,12 @@ class BufferStore:
         self.db.execute(f"PRAGMA journal_size_limit={self.journal_limit_bytes}")
         page = self.db.execute("PRAGMA page_size").fetchone()[0]
         self.db.execute(f"PRAGMA wal_autocheckpoint={max(16, self.journal_limit_bytes // page)}")
+        self._migrate()
         self.db.executescript(_SCHEMA)
         self.dropped: dict[str, int] = {"cap": 0, "age": 0, "corrupt": 0}
-        self._target_ids: dict[tuple[str, int, str], int] = {}
-        for tid, node, port, tpath in self.db.execute("SELECT id, node, port, path FROM targets"):
-            self._target_ids[(node, port, tpath)] = tid
+        self._target_ids: dict[TargetKey, int] = {}
+        for tid, *key in self.db.execute("SELECT id, node, port, path, scraper FROM targets"):
+            self._target_ids[(key[0], key[1], key[2], key[3])] = tid
         self.totals = self._load_totals()
         #: (last row id, when taken in ms) of the batch being sent: the size cap drops rows
         #: after it, so a row is never both delivered and counted as dropped
@@ -104,6 +119,11 @@ class BufferStore:
 
     def close(self) -> None:
         self.db.close()
+
+    def _migrate(self) -> None:
+        columns = [row[1] for row in self.db.execute("PRAGMA table_info(targets)")]
+        if columns and "scraper" not in columns:
+            self.db.executescript(f"BEGIN;{_ADD_SCRAPER}COMMIT;")
 
     def _load_totals(self) -> Totals:
         n, samples, nbytes, oldest = self.db.execute(
@@ -114,11 +134,12 @@ class BufferStore:
     # ------------------------------------------------------------ targets
     def save_target(self, t: Target) -> None:
         self.db.execute(
-            "INSERT INTO targets (node, port, path, accept, timeout_s, interval_s, last_seen)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node, port, path) DO UPDATE SET"
-            " accept=excluded.accept, timeout_s=excluded.timeout_s,"
+            "INSERT INTO targets"
+            " (node, port, path, scraper, accept, timeout_s, interval_s, last_seen)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node, port, path, scraper) DO UPDATE"
+            " SET accept=excluded.accept, timeout_s=excluded.timeout_s,"
             " interval_s=excluded.interval_s, last_seen=excluded.last_seen",
-            (t.node, t.port, t.path, t.accept, t.timeout_s, t.interval_s, t.last_seen),
+            (*t.key, t.accept, t.timeout_s, t.interval_s, t.last_seen),
         )
 
     def save_targets(self, targets: list[Target]) -> None:
@@ -131,36 +152,38 @@ class BufferStore:
             self.db.execute("ROLLBACK")
             raise
 
-    def forget_target(self, node: str, port: int, path: str) -> None:
+    def forget_target(self, node: str, port: int, path: str, scraper: str = "") -> None:
         """A target no longer scraped: its row goes once no buffered scrape refers to it (the
         table stays bounded; a target with buffered scrapes is kept until they are sent)."""
+        key = (node, port, path, scraper)
         self.db.execute(
-            "DELETE FROM targets WHERE node=? AND port=? AND path=?"
+            "DELETE FROM targets WHERE node=? AND port=? AND path=? AND scraper=?"
             " AND NOT EXISTS (SELECT 1 FROM scrapes WHERE scrapes.target_id = targets.id)",
-            (node, port, path),
+            key,
         )
         if not self.db.execute(
-            "SELECT 1 FROM targets WHERE node=? AND port=? AND path=?", (node, port, path)
+            "SELECT 1 FROM targets WHERE node=? AND port=? AND path=? AND scraper=?", key
         ).fetchone():
-            self._target_ids.pop((node, port, path), None)
+            self._target_ids.pop(key, None)
 
     def load_targets(self) -> list[Target]:
         rows = self.db.execute(
-            "SELECT node, port, path, accept, timeout_s, interval_s, last_seen FROM targets"
+            "SELECT node, port, path, accept, timeout_s, interval_s, last_seen, scraper"
+            " FROM targets"
         ).fetchall()
-        return [Target(n, p, pa, a, to, iv, ls) for n, p, pa, a, to, iv, ls in rows]
+        return [Target(n, p, pa, a, to, iv, ls, scraper=sc)
+                for n, p, pa, a, to, iv, ls, sc in rows]  # fmt: skip
 
-    def _target_id(self, node: str, port: int, path: str) -> int:
-        key = (node, port, path)
+    def _target_id(self, key: TargetKey) -> int:
         tid = self._target_ids.get(key)
         if tid is None:
             self.db.execute(
-                "INSERT OR IGNORE INTO targets (node, port, path, accept, last_seen)"
-                " VALUES (?, ?, ?, '', 0)",
+                "INSERT OR IGNORE INTO targets (node, port, path, scraper, accept, last_seen)"
+                " VALUES (?, ?, ?, ?, '', 0)",
                 key,
             )
             tid = self.db.execute(
-                "SELECT id FROM targets WHERE node=? AND port=? AND path=?", key
+                "SELECT id FROM targets WHERE node=? AND port=? AND path=? AND scraper=?", key
             ).fetchone()[0]
             self._target_ids[key] = tid
         return tid
@@ -173,7 +196,7 @@ class BufferStore:
         if nbytes + ROW_OVERHEAD_BYTES > self.max_bytes:
             self.dropped["cap"] += len(scrape.samples)
             return
-        tid = self._target_id(scrape.node, scrape.port, scrape.path)
+        tid = self._target_id((scrape.node, scrape.port, scrape.path, scrape.scraper))
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.execute(
@@ -238,9 +261,9 @@ class BufferStore:
         else:
             t.oldest_ts_ms = self.db.execute("SELECT MIN(ts_ms) FROM scrapes").fetchone()[0]
 
-    def delete_local_from(self, node: str, port: int, path: str, from_ms: int) -> int:
+    def delete_local_from(self, key: TargetKey, from_ms: int) -> int:
         """Delete the target's local scrapes at or after ``from_ms`` (Prometheus has them)."""
-        tid = self._target_ids.get((node, port, path))
+        tid = self._target_ids.get(key)
         if tid is None:
             return 0
         return self._remove("target_from", (tid, from_ms))[0]
@@ -255,12 +278,12 @@ class BufferStore:
         bad: list[int] = []
         size = 0
         cur = self.db.execute(
-            "SELECT s.id, t.node, t.port, t.path, s.ts_ms, s.nsamples, s.nbytes, s.data"
-            " FROM scrapes s JOIN targets t ON t.id = s.target_id"
+            "SELECT s.id, t.node, t.port, t.path, t.scraper, s.ts_ms, s.nsamples, s.nbytes,"
+            " s.data FROM scrapes s JOIN targets t ON t.id = s.target_id"
             " WHERE s.ts_ms < ? ORDER BY s.id",
             (ready_before_ms,),
         )
-        for rid, node, port, path, ts_ms, nsamples, nbytes, data in cur:
+        for rid, node, port, path, scraper, ts_ms, nsamples, nbytes, data in cur:
             if rows and size + nbytes > max_bytes:
                 break
             try:
@@ -268,7 +291,7 @@ class BufferStore:
             except (zlib.error, ValueError, WireError):
                 bad.append(rid)
                 continue
-            rows.append(Row(rid, Scrape(node, port, path, ts_ms, samples), nsamples))
+            rows.append(Row(rid, Scrape(node, port, path, ts_ms, samples, scraper), nsamples))
             size += nbytes
         cur.close()
         for rid in bad:

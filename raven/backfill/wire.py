@@ -37,6 +37,10 @@ class WireError(Exception):
     """A backfill message is malformed or too large."""
 
 
+#: Longest scraper name on the wire (an IPv6 address with brackets is 41 characters).
+MAX_SCRAPER_CHARS = 64
+
+
 @dataclass(frozen=True)
 class Scrape:
     """The samples of one scrape the agent made itself, at ``ts_ms`` (wall clock, ms)."""
@@ -46,6 +50,9 @@ class Scrape:
     path: str
     ts_ms: int
     samples: tuple[Sample, ...]
+    #: who scraped the target when the agent learned it (the gateway's X-Raven-Scraper: a
+    #: Prometheus replica's address); "" when not known (an older gateway, a configured target)
+    scraper: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,7 @@ def encode_batch(batch: Batch) -> bytes:
                     "path": s.path,
                     "ts": s.ts_ms,
                     "samples": samples_to_json(s.samples),
+                    **({"scraper": s.scraper} if s.scraper else {}),
                 }
                 for s in batch.scrapes
             ],
@@ -176,7 +184,11 @@ def decode_batch(obj: dict[str, Any]) -> Batch:
         port = _int(s, "port")
         if not 0 < port < 65536:
             raise WireError("scrape port out of range")
-        scrapes.append(Scrape(node, port, path, _int(s, "ts"), samples_from_json(s.get("samples"))))
+        scraper = s.get("scraper", "")
+        if not isinstance(scraper, str) or len(scraper) > MAX_SCRAPER_CHARS:
+            raise WireError("scrape scraper malformed")
+        samples = samples_from_json(s.get("samples"))
+        scrapes.append(Scrape(node, port, path, _int(s, "ts"), samples, scraper))
     raw_buf = obj.get("buffered", {})
     buffered: dict[str, float] = {}
     if isinstance(raw_buf, dict):

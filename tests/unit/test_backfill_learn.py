@@ -76,7 +76,7 @@ def test_interval_learned_from_arrivals() -> None:
     t = table()
     for now in (1000.0, 1002.0, 1004.01, 1005.99):
         t.observe(seen(), now)
-    target = t.targets[("edge-gpu-1", 9400, "/metrics")]
+    target = t.targets[("edge-gpu-1", 9400, "/metrics", "")]
     assert target.interval_s is not None and abs(target.interval_s - 2.0) < 0.02
     assert target.timeout_s == 1.0 and target.accept == "text/plain"
 
@@ -112,7 +112,7 @@ def test_missed_slots_are_not_made_up() -> None:
     for now in (1000.0, 1002.0):
         t.observe(seen(), now)
     assert len(t.due(1010.3, tunnel_up=False)) == 1  # e.g. the agent restarted just now
-    target = t.targets[("edge-gpu-1", 9400, "/metrics")]
+    target = t.targets[("edge-gpu-1", 9400, "/metrics", "")]
     assert target.next_slot == 1012.0
 
 
@@ -125,7 +125,7 @@ def test_table_is_bounded_and_forgets() -> None:
     # Prometheus stopped scraping while the tunnel is up: forgotten after forget_after_s
     t.due(1103.0, tunnel_up=True)
     assert t.targets == {}
-    assert sorted(t.forgotten) == [("edge-gpu-1", 9400, f"/m{i}") for i in range(4)]
+    assert sorted(t.forgotten) == [("edge-gpu-1", 9400, f"/m{i}", "") for i in range(4)]
 
 
 def test_kept_while_down_and_explicit_targets() -> None:
@@ -146,7 +146,7 @@ def test_explicit_overrides_learned() -> None:
     t.observe(seen(), 1002.0)
     t.add_explicit(Target("edge-gpu-1", 9400, "/metrics", "", 3.0, 10.0))
     t.observe(seen(), 1004.0)
-    target = t.targets[("edge-gpu-1", 9400, "/metrics")]
+    target = t.targets[("edge-gpu-1", 9400, "/metrics", "")]
     assert target.interval_s == 10.0 and target.timeout_s == 3.0 and target.explicit
 
 
@@ -160,4 +160,4 @@ def test_restore_skips_unlearned_and_stale_targets() -> None:
         ],
         now=1600.0,
     )
-    assert sorted(t.targets) == [("a", 1, "/")]
+    assert sorted(t.targets) == [("a", 1, "/", "")]

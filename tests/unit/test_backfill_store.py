@@ -61,7 +61,7 @@ def test_local_scrapes_prometheus_also_has_are_deleted(tmp_path: Path) -> None:
     for ts in (1000, 2000, 3000):
         store.add(scrape(ts), now_ms=3000)
     store.add(scrape(2500, node="edge-gpu-2"), now_ms=3000)
-    assert store.delete_local_from("edge-gpu-1", 9400, "/metrics", 2000) == 2
+    assert store.delete_local_from(("edge-gpu-1", 9400, "/metrics", ""), 2000) == 2
     rows, _ = store.next_batch(MIB, 10_000)
     assert [(r.scrape.node, r.scrape.ts_ms) for r in rows] == [
         ("edge-gpu-1", 1000),
