@@ -110,7 +110,10 @@ class GatewayApp:
         await self.listener.start()
         from cloud_gateway.proxy.server import ProxyServer
 
-        self.proxy = ProxyServer(self.registry, self.config.proxy, self.metrics_registry)
+        scrapers = self.backfill.scrapers if self.backfill is not None else None
+        self.proxy = ProxyServer(
+            self.registry, self.config.proxy, self.metrics_registry, scrapers=scrapers
+        )
         self.registry.on_forget = self.proxy.context.metrics.forget_nodes
         await self.proxy.start()
         await self.admin.start()

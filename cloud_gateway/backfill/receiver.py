@@ -19,13 +19,16 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cloud_gateway.backfill.remote_write import RemoteWriteError, RemoteWriter, Series, encode_body
-from cloud_gateway.backfill.series import convert
+from cloud_gateway.backfill.routing import route
+from cloud_gateway.backfill.scrapers import ScraperBook
+from cloud_gateway.backfill.series import Converted, convert
 from raven.backfill.wire import (
     BACKFILL_NODE,
     BACKFILL_PORT,
     Ack,
     Batch,
     MessageReader,
+    Scrape,
     WireError,
     decode_batch,
     encode_ack,
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: Remote writes in flight at once, all agents together (protects Prometheus).
 MAX_CONCURRENT_WRITES = 4
+#: Receivers written to (one per Prometheus replica with per-scraper receivers) kept open.
+MAX_RECEIVERS = 16
 
 
 def _decode(body: bytes) -> Batch:
@@ -121,22 +126,37 @@ class BackfillReceiver:
         discovery: Callable[[str, int], Mapping[str, str]],
         writer: RemoteWriter | None = None,
         clock: Callable[[], float] = time.time,
+        scrapers: ScraperBook | None = None,
     ) -> None:
         self.config = config
         self.jobs = {j.port: j for j in config.jobs}
         self.discovery = discovery
-        self.writer = writer or RemoteWriter(
-            config.remote_write_url, config.timeout_s, config.remote_write
-        )
         self.clock = clock
         self.metrics = BackfillMetrics(registry)
         self.status: dict[str, AgentBackfillStatus] = {}
+        self.scrapers = scrapers or ScraperBook()
         self._writes = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
-        #: wall time before which the receiver asked not to be written to (Retry-After)
-        self._not_before = 0.0
+        #: one writer per receiver URL (a per-scraper template gives one per replica), bounded
+        self._writers: dict[str, RemoteWriter] = {}
+        if writer is not None:
+            self._writers[config.remote_write_url] = writer
+        #: per receiver URL: wall time before which it asked not to be written to (Retry-After)
+        self._not_before: dict[str, float] = {}
+
+    def _writer(self, url: str) -> RemoteWriter:
+        writer = self._writers.get(url)
+        if writer is None:
+            while len(self._writers) >= MAX_RECEIVERS:  # the oldest replica's writer goes
+                gone = self._writers.pop(next(iter(self._writers)))
+                asyncio.get_running_loop().create_task(gone.close())
+            writer = RemoteWriter(url, self.config.timeout_s, self.config.remote_write)
+            self._writers[url] = writer
+        return writer
 
     async def close(self) -> None:
-        await self.writer.close()
+        for writer in self._writers.values():
+            await writer.close()
+        self._writers.clear()
 
     async def handle(
         self,
@@ -181,10 +201,39 @@ class BackfillReceiver:
         status.buffered = batch.buffered
         if "samples" in batch.buffered:
             self.metrics.buffered.labels(agent).set(batch.buffered["samples"])
-        discovery = {(s.node, s.port): dict(self.discovery(s.node, s.port)) for s in batch.scrapes}
-        conv = await asyncio.to_thread(
+        status.batches += 1
+        status.last_batch = self.clock()
+        routes = route(batch.scrapes, self.config.receivers, self.config.remote_write_url,
+                       self.scrapers)  # fmt: skip
+        if routes.wait:
+            error = f"scraper {routes.wait} has not scraped through this gateway yet"
+            status.last_error = error
+            return Ack(batch.batch_id, ok=False, retry=True, error=error)
+        dropped, written = dict(routes.dropped), 0
+        for url, scrapes in routes.by_url.items():
+            conv = await self._convert(tuple(scrapes), may_serve)
+            for reason, n in conv.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + n
+            if conv.series:
+                refused = await self.write_series(agent, conv.series, url)
+                if refused is not None:  # the whole batch again later: a sample written twice
+                    status.last_error = refused.error  # is stored once (same timestamp)
+                    return Ack(batch.batch_id, ok=False, retry=True, error=refused.error,
+                               retry_after_s=refused.retry_after_s)  # fmt: skip
+            written += conv.samples
+        self._count(agent, status, dropped)
+        self.metrics.samples.labels(agent, "written").inc(written)
+        status.samples_written += written
+        status.last_error = ""
+        return Ack(batch.batch_id, ok=True, written=written, dropped=dropped)
+
+    async def _convert(
+        self, scrapes: tuple[Scrape, ...], may_serve: Callable[[str], bool]
+    ) -> Converted:
+        discovery = {(s.node, s.port): dict(self.discovery(s.node, s.port)) for s in scrapes}
+        return await asyncio.to_thread(
             convert,
-            batch.scrapes,
+            scrapes,
             jobs=self.jobs,
             may_serve=may_serve,
             discovery=lambda node, port: discovery[(node, port)],
@@ -192,29 +241,21 @@ class BackfillReceiver:
             window_ms=int(self.config.out_of_order_window_s * 1000),
             max_skew_ms=int(self.config.max_clock_skew_s * 1000),
         )
-        status.batches += 1
-        status.last_batch = self.clock()
-        for reason, n in conv.dropped.items():
+
+    def _count(self, agent: str, status: AgentBackfillStatus, dropped: dict[str, int]) -> None:
+        for reason, n in dropped.items():
             self.metrics.samples.labels(agent, reason).inc(n)
             status.dropped[reason] = status.dropped.get(reason, 0) + n
-            if reason in ("unauthorised", "no_job", "future"):
+            if reason in ("unauthorised", "no_job", "future", "no_scraper", "scraper_gone"):
                 log.warning("backfill samples dropped agent=%s reason=%s samples=%d",
                             agent, reason, n)  # fmt: skip
-        if conv.series:
-            refused = await self.write_series(agent, conv.series)
-            if refused is not None:
-                status.last_error = refused.error
-                return Ack(batch.batch_id, ok=False, retry=True, error=refused.error,
-                           retry_after_s=refused.retry_after_s)  # fmt: skip
-        self.metrics.samples.labels(agent, "written").inc(conv.samples)
-        status.samples_written += conv.samples
-        status.last_error = ""
-        return Ack(batch.batch_id, ok=True, written=conv.samples, dropped=conv.dropped)
 
-    async def write_series(self, agent: str, series: list[Series]) -> Ack | None:
-        """Write to the receiver; None when it answered 2xx, else the refusal to send back
-        (the agent keeps the batch), the receiver's Retry-After in it."""
-        wait = self._not_before - self.clock()
+    async def write_series(self, agent: str, series: list[Series], url: str = "") -> Ack | None:
+        """Write to the receiver at ``url`` (the shared one by default); None when it
+        answered 2xx, else the refusal to send back (the agent keeps the batch), the
+        receiver's Retry-After in it."""
+        url = url or self.config.remote_write_url
+        wait = self._not_before.get(url, 0.0) - self.clock()
         if wait > 0:  # the receiver asked for a pause: no request until it is over
             self.metrics.deferred.inc()
             error = f"receiver: asked to wait, {wait:.0f} s left (Retry-After)"
@@ -223,7 +264,7 @@ class BackfillReceiver:
             body = await asyncio.to_thread(encode_body, series)
             async with self._writes:
                 started = time.monotonic()
-                await self.writer.write(body)
+                await self._writer(url).write(body)
                 self.metrics.duration.observe(time.monotonic() - started)
         except RemoteWriteError as exc:
             result = (
@@ -234,9 +275,9 @@ class BackfillReceiver:
             self.metrics.writes.labels(result).inc()
             wait = min(exc.retry_after_s or 0.0, self.config.max_retry_after_s)
             if wait > 0:
-                self._not_before = max(self._not_before, self.clock() + wait)
-            log.warning("backfill remote write failed agent=%s err=%s retry_after_s=%.0f",
-                        agent, exc, wait)  # fmt: skip
+                self._not_before[url] = max(self._not_before.get(url, 0.0), self.clock() + wait)
+            log.warning("backfill remote write failed agent=%s url=%s err=%s retry_after_s=%.0f",
+                        agent, url, exc, wait)  # fmt: skip
             return Ack(0, ok=False, retry=True, error=f"receiver: {exc}", retry_after_s=wait)
         self.metrics.writes.labels("ok").inc()
         return None

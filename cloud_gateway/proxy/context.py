@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cloud_gateway.backfill.scrapers import ScraperBook
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError
 from cloud_gateway.proxy.metrics import ProxyMetrics
 from cloud_gateway.proxy.penalty import RefusalPenalty
@@ -61,6 +62,8 @@ class ProxyContext:
     log_throttle: LogThrottle = field(default_factory=lambda: LogThrottle(clock=time.monotonic))
     #: monotonic seconds, for the refusal penalty
     clock: Callable[[], float] = time.monotonic
+    #: while backfill is on: who scrapes what (each request names its scraper to the agent)
+    scrapers: ScraperBook | None = None
     penalty: RefusalPenalty = field(init=False)
     #: idle streams by target, for the next request to it from any connection
     streams: StreamPool = field(init=False)

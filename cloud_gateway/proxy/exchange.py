@@ -88,6 +88,10 @@ class Exchange:
         #: the whole request went with the stream's OPEN (early_request)
         self.sent_early = False
         self.relay: ResponseRelay | None = None
+        #: the scraper named to the agent while backfill is on (the client's address)
+        self.scraper = (
+            ctx.scrapers.note(client.client, target.node, target.port) if ctx.scrapers else None
+        )
 
     @property
     def started(self) -> bool:
@@ -99,7 +103,9 @@ class Exchange:
         leaves): the head, with a Content-Length body already read; b"" when it cannot (a
         streamed or large body, ``Expect: 100-continue``) and :meth:`run` sends it."""
         req, buf = self.req, self.client.buf
-        head = request_head_for_target(req, self.target, keep_alive=self.keep_stream)
+        head = request_head_for_target(
+            req, self.target, keep_alive=self.keep_stream, scraper=self.scraper
+        )
         if req.body is BodyKind.NONE:
             data = head
         elif req.body is BodyKind.LENGTH and not req.expect_continue:
@@ -139,7 +145,9 @@ class Exchange:
         response is relayed by callbacks under one timer; ``on_done`` gets the Outcome or what
         :meth:`run` would raise (a CancelledError after :meth:`cancel`). False, and nothing
         sent, when the stream has no credit for the head now (:meth:`run` waits for it)."""
-        head = request_head_for_target(self.req, self.target, keep_alive=self.keep_stream)
+        head = request_head_for_target(
+            self.req, self.target, keep_alive=self.keep_stream, scraper=self.scraper
+        )
         if not stream.try_send(head):
             return False
         relay = self._attach_relay(stream)
@@ -214,7 +222,9 @@ class Exchange:
         if self.sent_early:
             return
         req, client = self.req, self.client
-        head = request_head_for_target(req, self.target, keep_alive=self.keep_stream)
+        head = request_head_for_target(
+            req, self.target, keep_alive=self.keep_stream, scraper=self.scraper
+        )
         if req.body is BodyKind.NONE:
             await stream.write(head)
             return

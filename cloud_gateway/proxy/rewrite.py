@@ -23,6 +23,7 @@ _REQUEST_DROP = frozenset(
         b"te",
         b"upgrade",
         b"expect",
+        b"x-raven-scraper",  # the gateway's own (below): a client cannot name another scraper
     }
 )
 #: Never dropped because a Connection header names them: the body framing must survive.
@@ -32,16 +33,21 @@ _RESPONSE_DROP = frozenset(
 )
 
 
-def request_head_for_target(req: RequestHead, target: Target, *, keep_alive: bool = False) -> bytes:
+def request_head_for_target(
+    req: RequestHead, target: Target, *, keep_alive: bool = False, scraper: str | None = None
+) -> bytes:
     """The request head sent to the target; ``Connection: close`` unless ``keep_alive`` (the
     stream, and the agent's connection to the target, stay for the next request to the
-    target from any client: stream_pool)."""
+    target from any client: stream_pool). ``scraper``: the client's address, for the agent's
+    backfill (``X-Raven-Scraper``: each Prometheus replica is learned on its own)."""
     drop = (
         _REQUEST_DROP | (req.connection_tokens - _KEEP) if req.connection_tokens else _REQUEST_DROP
     )
     line = f"{req.method} {target.path} HTTP/1.{req.version[1]}\r\n"
     parts = [line.encode("ascii"), b"Host: %s\r\n" % target.authority.encode("ascii")]
     parts += [b"%s: %s\r\n" % (n, v) for n, v in req.headers if n.lower() not in drop]
+    if scraper:
+        parts.append(b"X-Raven-Scraper: %s\r\n" % scraper.encode("ascii"))
     parts.append(b"\r\n" if keep_alive else b"Connection: close\r\n\r\n")
     return b"".join(parts)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from cloud_gateway.backfill.scrapers import ScraperBook
 from cloud_gateway.proxy.client_conn import ClientConnection, ConnectionSlots
 from cloud_gateway.proxy.context import ProxyContext
 from cloud_gateway.proxy.http_conn import HttpConnection
@@ -36,9 +37,15 @@ class ProxyServer:
     """The gateway's L7 proxy listeners over any :class:`StreamOpener`."""
 
     def __init__(
-        self, opener: StreamOpener, config: ProxyConfig, registry: CollectorRegistry
+        self,
+        opener: StreamOpener,
+        config: ProxyConfig,
+        registry: CollectorRegistry,
+        scrapers: ScraperBook | None = None,
     ) -> None:
-        self._ctx = ProxyContext(opener=opener, config=config, metrics=ProxyMetrics(registry))
+        self._ctx = ProxyContext(
+            opener=opener, config=config, metrics=ProxyMetrics(registry), scrapers=scrapers
+        )
         self._servers: list[asyncio.Server] = []
         self._http_address: tuple[str, int] | None = None
         self._tls_addresses: list[tuple[str, int]] = []

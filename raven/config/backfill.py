@@ -142,8 +142,16 @@ class GatewayBackfillConfig:
     enabled: bool = doc("Accept backfill from agents.", default=False)
     remote_write_url: str = doc(
         "The remote-write receiver: Prometheus (needs --web.enable-remote-write-receiver),"
-        " VictoriaMetrics, Thanos Receive, Mimir, a managed service (docs/backfill.md).",
+        " VictoriaMetrics, Thanos Receive, Mimir, a managed service (docs/backfill.md). With"
+        " `receivers: per_scraper` a template: `{scraper}` is the address of the Prometheus"
+        " replica that scraped (`http://{scraper}:9090/api/v1/write`).",
         default="http://127.0.0.1:9090/api/v1/write",
+    )
+    receivers: str = doc(
+        "`shared`: one receiver for every scraper (of an HA pair's two copies of a target one"
+        " is written); `per_scraper`: each Prometheus replica gets its own scrapes, at the"
+        ' `remote_write_url` template (docs/backfill.md, "HA pairs and several scrapers").',
+        default="shared",
     )
     remote_write: RemoteWriteConfig = doc(
         "Authentication, TLS and headers for the receiver (Prometheus's `remote_write` names).",
@@ -171,6 +179,13 @@ class GatewayBackfillConfig:
     def __post_init__(self) -> None:
         if not self.remote_write_url.startswith(("http://", "https://")):
             raise ValueError("backfill.remote_write_url must be an http(s) URL")
+        if self.receivers not in ("shared", "per_scraper"):
+            raise ValueError("backfill.receivers must be shared or per_scraper")
+        if (self.receivers == "per_scraper") != ("{scraper}" in self.remote_write_url):
+            raise ValueError(
+                "backfill.remote_write_url holds {scraper} exactly when receivers is"
+                " per_scraper (e.g. http://{scraper}:9090/api/v1/write)"
+            )
         if (
             self.out_of_order_window_s <= 0
             or self.timeout_s <= 0

@@ -1,0 +1,74 @@
+"""Which receiver each backfilled scrape goes to (pure, given the scraper book).
+
+``shared``: one receiver (``remote_write_url``) for every scraper. Of a target scraped by an
+HA pair the agent fills both replicas' scrapes; one copy is written, the primary scraper's
+(:meth:`ScraperBook.primary`; unknown to the book, as right after a gateway restart: the
+lowest address the batch has for that target), the other's samples are dropped
+(``other_replica``): the same series at two phases would double it in a shared store.
+
+``per_scraper``: ``remote_write_url`` is a template with ``{scraper}`` (the Prometheus
+replica's address: ``http://{scraper}:9090/api/v1/write``), each replica gets its own
+scrapes. Only an address that scraped through this gateway is written to; a scrape with no
+scraper (an older agent, a configured target) is dropped (``no_scraper``); one whose scraper is
+not known yet waits (retry), unless the gateway has run long enough to know it is gone
+(``scraper_gone``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cloud_gateway.backfill.scrapers import ScraperBook, address_order
+from raven.backfill.wire import Scrape
+
+__all__ = ["PER_SCRAPER", "SHARED", "Routes", "receiver_url", "route"]
+
+SHARED, PER_SCRAPER = "shared", "per_scraper"
+
+
+@dataclass
+class Routes:
+    """Scrapes by receiver URL; samples dropped by reason; ``wait``: a scraper not known
+    yet, the batch is to be sent again later."""
+
+    by_url: dict[str, list[Scrape]] = field(default_factory=lambda: defaultdict(list))
+    dropped: dict[str, int] = field(default_factory=dict)
+    wait: str = ""
+
+    def drop(self, reason: str, samples: int) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + samples
+
+
+def receiver_url(template: str, scraper: str) -> str:
+    """The per-scraper receiver: ``{scraper}`` as a URL host (an IPv6 address bracketed)."""
+    return template.replace("{scraper}", f"[{scraper}]" if ":" in scraper else scraper)
+
+
+def route(scrapes: Sequence[Scrape], mode: str, url: str, book: ScraperBook) -> Routes:
+    out = Routes()
+    if mode == PER_SCRAPER:
+        for s in scrapes:
+            if not s.scraper:
+                out.drop("no_scraper", len(s.samples))
+            elif book.known(s.scraper):
+                out.by_url[receiver_url(url, s.scraper)].append(s)
+            elif book.settled():
+                out.drop("scraper_gone", len(s.samples))
+            else:
+                out.wait = s.scraper
+        return out
+    fallback: dict[tuple[str, int, str], str] = {}
+    for s in scrapes:  # the lowest address per target, for targets the book has no primary of
+        key = (s.node, s.port, s.path)
+        if s.scraper and (key not in fallback or address_order(s.scraper) < address_order(
+                fallback[key])):  # fmt: skip
+            fallback[key] = s.scraper
+    for s in scrapes:
+        primary = book.primary(s.node, s.port) or fallback.get((s.node, s.port, s.path), "")
+        if s.scraper and s.scraper != primary:
+            out.drop("other_replica", len(s.samples))
+        else:
+            out.by_url[url].append(s)
+    return out
