@@ -157,6 +157,7 @@ def with_backfill_authenticated() -> dict[str, Any]:
     AccessKey pair), with a CA of its own, a client certificate and a tenant header."""
     values = with_backfill()
     values["gateway"]["backfill"]["remoteWriteUrl"] = "https://rw.example.com/api/v1/write"
+    values["gateway"]["backfill"]["receivers"] = "shared"
     values["gateway"]["backfill"]["maxRetryAfterSeconds"] = 120
     values["gateway"]["backfill"]["remoteWrite"] = {
         "secretName": "raven-remote-write",

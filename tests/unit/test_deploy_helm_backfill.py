@@ -71,6 +71,7 @@ def test_gateway_backfill_section_maps_the_values(
     assert cfg.max_clock_skew_s == want["maxClockSkewSeconds"]
     assert cfg.timeout_s == want["timeoutSeconds"]
     assert cfg.max_retry_after_s == want["maxRetryAfterSeconds"]
+    assert cfg.receivers == want["receivers"]
     check_remote_write(cfg.remote_write, want["remoteWrite"], objs)
     if want["jobs"]:
         expected = [
@@ -152,6 +153,18 @@ def test_remote_write_settings_that_cannot_work_fail_the_render(
     values["gateway"]["backfill"]["remoteWrite"] = remote_write
     with pytest.raises(Exception, match=message):
         render(values)
+
+
+def test_per_scraper_receivers_need_the_template() -> None:
+    values = VARIANTS["backfill-pvc"]()
+    values["gateway"]["backfill"]["receivers"] = "per_scraper"
+    with pytest.raises(Exception, match=re.escape("holds {scraper} exactly when")):
+        render(values)
+    values["gateway"]["backfill"]["remoteWriteUrl"] = "http://{scraper}:9090/api/v1/write"
+    gateway = find(render(values), "ConfigMap", "raven-gateway-config")["data"]["gateway.yaml"]
+    backfill = yaml.safe_load(gateway)["backfill"]
+    assert backfill["receivers"] == "per_scraper"
+    assert backfill["remote_write_url"] == "http://{scraper}:9090/api/v1/write"
 
 
 def test_agent_buffer_is_on_its_volume(

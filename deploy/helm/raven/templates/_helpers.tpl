@@ -210,7 +210,10 @@ its http_sd target labels. */}}
 {{- else -}}
 {{- fail "gateway.backfill.enabled needs gateway.backfill.jobs (the Prometheus job of each edge port), or scrapeConfig.enabled (one job per scrapeConfig.ports)" -}}
 {{- end -}}
-{{- $cfg := dict "enabled" true "remote_write_url" $bf.remoteWriteUrl "out_of_order_window_s" $bf.outOfOrderWindowSeconds "max_clock_skew_s" $bf.maxClockSkewSeconds "timeout_s" $bf.timeoutSeconds "max_retry_after_s" ($bf.maxRetryAfterSeconds | default 300) "jobs" $jobs -}}
+{{- $cfg := dict "enabled" true "remote_write_url" $bf.remoteWriteUrl "out_of_order_window_s" $bf.outOfOrderWindowSeconds "max_clock_skew_s" $bf.maxClockSkewSeconds "timeout_s" $bf.timeoutSeconds "max_retry_after_s" ($bf.maxRetryAfterSeconds | default 300) "receivers" ($bf.receivers | default "shared") "jobs" $jobs -}}
+{{- if ne (eq ($bf.receivers | default "shared") "per_scraper") (contains "{scraper}" $bf.remoteWriteUrl) -}}
+{{- fail "gateway.backfill: remoteWriteUrl holds {scraper} exactly when receivers is per_scraper (e.g. http://{scraper}:9090/api/v1/write)" -}}
+{{- end -}}
 {{- $client := include "raven.remoteWriteClient" . | fromYaml -}}
 {{- if $client }}{{ $_ := set $cfg "remote_write" $client }}{{ end -}}
 {{- toYaml $cfg -}}
