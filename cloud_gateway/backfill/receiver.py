@@ -129,7 +129,7 @@ class BackfillReceiver:
         scrapers: ScraperBook | None = None,
     ) -> None:
         self.config = config
-        self.jobs = {j.port: j for j in config.jobs}
+        self.jobs = list(config.jobs)
         self.discovery = discovery
         self.clock = clock
         self.metrics = BackfillMetrics(registry)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cloud_gateway.backfill.scrapers import ScraperBook, address_order
-from raven.backfill.wire import Scrape
+from raven.backfill.wire import Scrape, scraper_address
 
 __all__ = ["PER_SCRAPER", "SHARED", "Routes", "receiver_url", "route"]
 
@@ -50,25 +50,27 @@ def route(scrapes: Sequence[Scrape], mode: str, url: str, book: ScraperBook) -> 
     out = Routes()
     if mode == PER_SCRAPER:
         for s in scrapes:
-            if not s.scraper:
+            address = scraper_address(s.scraper)
+            if not address:
                 out.drop("no_scraper", len(s.samples))
-            elif book.known(s.scraper):
-                out.by_url[receiver_url(url, s.scraper)].append(s)
+            elif book.known(address):
+                out.by_url[receiver_url(url, address)].append(s)
             elif book.settled():
                 out.drop("scraper_gone", len(s.samples))
             else:
-                out.wait = s.scraper
+                out.wait = address
         return out
-    fallback: dict[tuple[str, int, str], str] = {}
+    fallback: dict[tuple[str, int], str] = {}
     for s in scrapes:  # the lowest address per target, for targets the book has no primary of
-        key = (s.node, s.port, s.path)
-        if s.scraper and (key not in fallback or address_order(s.scraper) < address_order(
+        key, address = (s.node, s.port), scraper_address(s.scraper)
+        if address and (key not in fallback or address_order(address) < address_order(
                 fallback[key])):  # fmt: skip
-            fallback[key] = s.scraper
+            fallback[key] = address
     for s in scrapes:
-        primary = book.primary(s.node, s.port) or fallback.get((s.node, s.port, s.path), "")
-        if s.scraper and s.scraper != primary:
+        address = scraper_address(s.scraper)
+        primary = book.primary(s.node, s.port) or fallback.get((s.node, s.port), "")
+        if address and address != primary:
             out.drop("other_replica", len(s.samples))
-        else:
+        else:  # the primary's scrapes, in every mode and path it scrapes (its jobs)
             out.by_url[url].append(s)
     return out

@@ -42,14 +42,16 @@ class ScraperBook:
         self.started = clock()
         self._seen: OrderedDict[tuple[str, str, int], float] = OrderedDict()
 
-    def note(self, scraper: str, node: str, port: int) -> str:
-        """``scraper`` requested ``node:port`` now; the header value that names it."""
+    def note(self, scraper: str, node: str, port: int, mode: str) -> str:
+        """``scraper`` (an address) requested ``node:port`` now, addressing it in ``mode``;
+        the header value that names it to the agent: ``<address>/<mode>`` (two jobs of one
+        Prometheus in two modes are two scrapers)."""
         key = (scraper, node, port)
         self._seen[key] = self.clock()
         self._seen.move_to_end(key)
         while len(self._seen) > self.max_entries:
             self._seen.popitem(last=False)
-        return scraper
+        return f"{scraper}/{mode}"
 
     def _live(self, now: float) -> list[tuple[str, str, int]]:
         return [k for k, at in self._seen.items() if now - at <= self.ttl_s]

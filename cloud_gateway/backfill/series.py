@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cloud_gateway.backfill.remote_write import Labels, Series
-from raven.backfill.wire import Scrape
-from raven.config.backfill import BackfillJob
+from raven.backfill.wire import Scrape, scraper_mode
+from raven.config.backfill import BackfillJob, job_for
 
 
 def target_labels(
@@ -82,7 +82,7 @@ class Converted:
 def convert(
     scrapes: tuple[Scrape, ...],
     *,
-    jobs: Mapping[int, BackfillJob],
+    jobs: list[BackfillJob],
     may_serve: Callable[[str], bool],
     discovery: Callable[[str, int], Mapping[str, str]],
     now_ms: int,
@@ -98,7 +98,7 @@ def convert(
         if not may_serve(s.node):
             out.drop("unauthorised", len(s.samples))
             continue
-        job = jobs.get(s.port)
+        job = job_for(jobs, s.port, scraper_mode(s.scraper), s.path)
         if job is None:
             out.drop("no_job", len(s.samples))
             continue

@@ -90,7 +90,9 @@ class Exchange:
         self.relay: ResponseRelay | None = None
         #: the scraper named to the agent while backfill is on (the client's address)
         self.scraper = (
-            ctx.scrapers.note(client.client, target.node, target.port) if ctx.scrapers else None
+            ctx.scrapers.note(client.client, target.node, target.port, target.mode.value)
+            if ctx.scrapers
+            else None
         )
 
     @property

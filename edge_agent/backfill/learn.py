@@ -36,7 +36,7 @@ TIMEOUT_HEADER = "x-prometheus-scrape-timeout-seconds"
 #: Set by the gateway on every request it relays while backfill is on: the scraping client's
 #: address (a client's own header of that name is dropped by the gateway).
 SCRAPER_HEADER = "x-raven-scraper"
-_SCRAPER_CHARS = frozenset("0123456789abcdefABCDEF.:[]")
+_SCRAPER_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEF.:[]/")
 
 TargetKey = tuple[str, int, str, str]  # node, port, path (with query), scraper
 
@@ -52,7 +52,8 @@ class RequestSeen:
 
 
 def valid_scraper(value: str) -> bool:
-    """An address as the gateway writes it (IPv4, IPv6): anything else is not trusted."""
+    """``<address>/<mode>`` as the gateway writes it (IPv4, IPv6; dns, forward, path):
+    anything else is not trusted."""
     return len(value) <= MAX_SCRAPER_CHARS and set(value) <= _SCRAPER_CHARS
 
 

@@ -37,8 +37,18 @@ class WireError(Exception):
     """A backfill message is malformed or too large."""
 
 
-#: Longest scraper name on the wire (an IPv6 address with brackets is 41 characters).
+#: Longest scraper name on the wire (an IPv6 address and a mode are under 50 characters).
 MAX_SCRAPER_CHARS = 64
+
+
+def scraper_address(scraper: str) -> str:
+    """The scraping client's address in a scraper name (``<address>/<mode>``)."""
+    return scraper.partition("/")[0]
+
+
+def scraper_mode(scraper: str) -> str:
+    """How it addressed the target (``dns``, ``forward``, ``path``; "" when not named)."""
+    return scraper.partition("/")[2]
 
 
 @dataclass(frozen=True)

@@ -127,12 +127,51 @@ class BackfillJob:
         "Further target labels the job adds (static_configs labels, relabelling results).",
         default_factory=dict,
     )
+    mode: str | None = doc(
+        "Only the scrapes this job makes in this addressing mode: `dns` (the node's name"
+        " resolves to the gateway), `forward` (`proxy_url`), `path` (`/proxy/<node>:<port>/...`);"
+        " unset: any. Two jobs on one port are told apart by mode or path.",
+        default=None,
+    )
+    path: str | None = doc(
+        "Only the scrapes of this path (with its query, e.g. `/metrics?collect[]=gpu`);"
+        " unset: any.",
+        default=None,
+    )
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"backfill.jobs: {self.port} is not a port")
         if not self.job:
             raise ValueError("backfill.jobs: job must not be empty")
+        if self.mode is not None and self.mode not in JOB_MODES:
+            raise ValueError(
+                f"backfill.jobs: mode {self.mode!r} is not one of {', '.join(JOB_MODES)}"
+            )
+        if self.path is not None and not self.path.startswith("/"):
+            raise ValueError(f"backfill.jobs: path {self.path!r} must start with /")
+
+    @property
+    def scope(self) -> tuple[int, str | None, str | None]:
+        return (self.port, self.mode, self.path)
+
+    def matches(self, port: int, mode: str, path: str) -> bool:
+        """Whether this job made a scrape of ``port``/``path`` in ``mode`` ("": not known)."""
+        return (
+            self.port == port
+            and (self.mode is None or not mode or self.mode == mode)
+            and (self.path is None or self.path == path)
+        )
+
+
+#: The addressing modes a job can scrape the gateway in (cloud_gateway/proxy/target.py's Mode).
+JOB_MODES = ("dns", "forward", "path")
+
+
+def job_for(jobs: list[BackfillJob], port: int, mode: str, path: str) -> BackfillJob | None:
+    """The job that made a scrape: of those matching, the one with the most settings."""
+    found = [j for j in jobs if j.matches(port, mode, path)]
+    return max(found, key=lambda j: (j.path is not None, j.mode is not None), default=None)
 
 
 @dataclass(frozen=True)
@@ -193,6 +232,9 @@ class GatewayBackfillConfig:
             or self.max_retry_after_s < 0
         ):
             raise ValueError("backfill: windows and timeouts must be positive")
-        ports = [j.port for j in self.jobs]
-        if len(set(ports)) != len(ports):
-            raise ValueError("backfill.jobs: a port is listed twice")
+        scopes = [j.scope for j in self.jobs]
+        if len(set(scopes)) != len(scopes):
+            raise ValueError(
+                "backfill.jobs: two jobs with the same port, mode and path (tell them apart"
+                " by mode or path)"
+            )

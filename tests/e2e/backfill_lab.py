@@ -198,14 +198,20 @@ def check_outage(prom: Prometheus, sites: list[Site], start: float, end: float) 
         ) from None
     assert len(counts) > 10, counts  # node_exporter's series and Prometheus's own
     # up stays 0 for the missed scrapes: the outage stays visible
-    up_min = query_at(prom, f'min_over_time(up{{instance="{a.instance}"}}[{window}s])', at)
+    up_min = query_at(
+        prom, f'min_over_time(up{{job="{JOB}",instance="{a.instance}"}}[{window}s])', at
+    )
     assert float(up_min[0]["value"][1]) == 0
     # the values are the node's own
-    marker = query_at(prom, f'raven_e2e_site_marker{{instance="{a.instance}"}}[{window}s]', at)
+    marker = query_at(
+        prom, f'raven_e2e_site_marker{{job="{JOB}",instance="{a.instance}"}}[{window}s]', at
+    )
     assert len(marker) == 1 and marker[0]["metric"]["site"] == "a"
     assert {float(v) for _, v in marker[0]["values"]} == {float(a.marker)}
     # site B was scraped throughout, undisturbed
     b_counts = samples_per_series(prom, b.instance, window, at)
     assert b_counts and all(abs(n - expected) <= 1 for n in b_counts.values()), b_counts
-    b_up = query_at(prom, f'min_over_time(up{{instance="{b.instance}"}}[{window}s])', at)
+    b_up = query_at(
+        prom, f'min_over_time(up{{job="{JOB}",instance="{b.instance}"}}[{window}s])', at
+    )
     assert float(b_up[0]["value"][1]) == 1

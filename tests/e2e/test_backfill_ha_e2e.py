@@ -10,17 +10,20 @@ Topology (namespaces ``rvn-<purpose>-<pid>``)::
       |-- 10.200.1.0/24 -- site A agent ns -- site A node (node_exporter)
       |-- 10.200.2.0/24 -- site B agent ns -- site B node (node_exporter)
 
-As kube-prometheus-stack runs ``replicas: 2``: two Prometheus servers with one config. The
-gateway names each request's scraper (its address) to the agent, which learns site A's target
-twice, once per replica, each with its own interval and phase. Site A's uplink is blackholed
+As kube-prometheus-stack runs ``replicas: 2``: two Prometheus servers with one config, each
+with two jobs on site A's port (``edge`` through ``proxy_url``, ``edge-path`` in path mode with
+a label of its own). The gateway names each request's scraper (address and addressing mode) to
+the agent, which learns site A's target four times, once per replica and job, each with its
+own interval and phase. Site A's uplink is blackholed
 for 60 s; after reconnect each replica's own receiver (found from the scraping client's
-address) gets that replica's missed scrapes: **both** hold every site-A series complete (one
-sample per interval over the outage, +-1), with no duplicate or out-of-order errors, and site B
-was scraped throughout in both.
+address) gets that replica's missed scrapes: **both** hold every site-A series of **both** jobs
+complete (one sample per interval over the outage, +-1; each job's own labels), with no
+duplicate or out-of-order errors, and site B was scraped throughout in both.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -35,6 +38,7 @@ from tests.e2e.backfill_lab import (
     build_site,
     check_outage,
     outage,
+    samples_per_series,
     start_gateway,
 )
 from tests.e2e.netns import Lab, Netns, veth, wait_until
@@ -44,13 +48,24 @@ from tests.helpers import write_key
 pytestmark = pytest.mark.e2e
 
 
+PATH_JOB = "edge-path"
+
+
 def replica(lab: Lab, cloud: Netns, index: int, sites: list[Site]) -> Prometheus:
+    """One replica: job ``edge`` scrapes both sites through ``proxy_url``; job ``edge-path``
+    scrapes site A's same port again in path mode (``/proxy/<node>:<port>/metrics``), with
+    its own labels (``via: path``): a second job on one port."""
     ns = lab.netns(f"prom-{index}")
     veth(cloud, f"to-prom{index}", f"10.201.{index}.1/24", ns, "eth0", f"10.201.{index}.2/24")
-    job = static_job(JOB, [s.instance for s in sites],
-                     proxy_url=f"http://10.201.{index}.1:{PROXY_PORT}")  # fmt: skip
+    gateway = f"10.201.{index}.1:{PROXY_PORT}"
+    job = static_job(JOB, [s.instance for s in sites], proxy_url=f"http://{gateway}")
+    a = sites[0]
+    path_job = static_job(PATH_JOB, [gateway], labels={"via": "path"},
+                          metrics_path=f"/proxy/{a.instance}/metrics",
+                          relabel_configs=[{"target_label": "instance",
+                                            "replacement": a.instance}])  # fmt: skip
     return Prometheus(
-        lab, ns, [job], name=f"prometheus-{index}", listen=f"10.201.{index}.2:9090",
+        lab, ns, [job, path_job], name=f"prometheus-{index}", listen=f"10.201.{index}.2:9090",
         scrape_interval_s=INTERVAL_S, scrape_timeout_s=1.5,
         extra_config={"storage": {"tsdb": {"out_of_order_time_window": "1h"}},
                       "global": {"scrape_interval": duration(INTERVAL_S),
@@ -58,6 +73,20 @@ def replica(lab: Lab, cloud: Netns, index: int, sites: list[Site]) -> Prometheus
                                  "external_labels": {"prometheus_replica": f"prometheus-{index}"}}},
         extra_args=["--web.enable-remote-write-receiver"],
     )  # fmt: skip
+
+
+def path_job_complete(prom: Prometheus, a: Site, start: float, end: float) -> None:
+    """The second job's series, with its own job and labels, complete over the outage."""
+    window = int(end - start)
+    expected = window / INTERVAL_S
+
+    def complete() -> dict[str, int] | None:
+        counts = samples_per_series(prom, a.instance, window, start + window, job=PATH_JOB)
+        ok = len(counts) > 10 and all(abs(n - expected) <= 1 for n in counts.values())
+        return counts if ok else None
+
+    counts = wait_until(complete, 60, f"{prom.name}'s {PATH_JOB} series backfilled")
+    assert all(json.loads(k).get("via") == "path" for k in counts)
 
 
 def test_ha_pair_each_replica_backfilled_into_its_own_storage(lab: Lab) -> None:
@@ -71,21 +100,25 @@ def test_ha_pair_each_replica_backfilled_into_its_own_storage(lab: Lab) -> None:
     agents = {s.key: build_site(lab, cloud, s, gw_public) for s in sites}
     backfill = {"enabled": True, "receivers": "per_scraper",
                 "remote_write_url": "http://{scraper}:9090/api/v1/write",
-                "out_of_order_window_s": 3600, "jobs": [{"port": 9100, "job": JOB}]}  # fmt: skip
+                "out_of_order_window_s": 3600,
+                "jobs": [{"port": 9100, "job": JOB, "mode": "forward"},
+                         {"port": 9100, "job": PATH_JOB, "mode": "path",
+                          "labels": {"via": "path"}}]}  # fmt: skip
     start_gateway(lab, cloud, gw_key, agents, proxy_listen=f"0.0.0.0:{PROXY_PORT}",
                   backfill=backfill)  # fmt: skip
     pair = [replica(lab, cloud, i, sites).start() for i in (0, 1)]
     for prom in pair:
-        prom.wait_all_up({JOB: 2}, timeout_s=60)
+        prom.wait_all_up({JOB: 2, PATH_JOB: 1}, timeout_s=60)
     a = sites[0]
-    # one target per replica: the pair is not one target scraped twice as often
-    wait_until(lambda: agent_status(a)["backfill"]["targets"] == 2, 30, "both replicas learned")
+    # one target per replica and job: the pair is not one target scraped four times as often
+    wait_until(lambda: agent_status(a)["backfill"]["targets"] == 4, 30, "both replicas learned")
     time.sleep(4 * INTERVAL_S)  # a few arrivals for each one's interval estimate
 
     start, end, recovery = outage(lab, cloud, a, 60.0, kill_agent=False)
     print(f"\nHA pair, recovery after a 60 s blackhole: {recovery:.2f}s")
-    for prom in pair:  # each replica complete in its own storage
+    for prom in pair:  # each replica complete in its own storage, in both jobs
         check_outage(prom, sites, start, end)
+        path_job_complete(prom, a, start, end)
     for index in (0, 1):
         text = (lab.workdir / f"prometheus-{index}.log").read_text(errors="replace").lower()
         for bad in ("duplicate sample", "out of bounds", "out of order sample", "too old"):

@@ -13,15 +13,16 @@ from cloud_gateway.proxy.heads import parse_request_head
 from cloud_gateway.proxy.rewrite import request_head_for_target
 from cloud_gateway.proxy.target import Mode, Target
 from raven.backfill.wire import Scrape
-from raven.config.backfill import GatewayBackfillConfig
+from raven.config.backfill import BackfillJob, GatewayBackfillConfig, job_for
 
 PROM_0, PROM_1, OTHER = "10.42.0.7", "10.42.1.9", "10.9.9.9"
 TEMPLATE = "http://{scraper}:9090/api/v1/write"
 SAMPLES = (("up", (), 1.0, None), ("x", (), 2.0, None))
 
 
-def scrape(scraper: str, node: str = "edge-gpu-1", ts: int = 1000) -> Scrape:
-    return Scrape(node, 9400, "/metrics", ts, SAMPLES, scraper)
+def scrape(address: str, node: str = "edge-gpu-1", ts: int = 1000, mode: str = "forward") -> Scrape:
+    """A backfilled scrape the agent names ``<address>/<mode>`` (as the gateway named it)."""
+    return Scrape(node, 9400, "/metrics", ts, SAMPLES, f"{address}/{mode}" if address else "")
 
 
 def book(now: list[float], ttl_s: float = 100.0) -> ScraperBook:
@@ -42,12 +43,12 @@ def test_the_proxy_names_the_scraper_and_drops_a_forged_name() -> None:
 def test_the_book_is_bounded_forgets_and_picks_a_primary() -> None:
     now = [0.0]
     scrapers = book(now)
-    scrapers.note(PROM_1, "edge-gpu-1", 9400)
-    scrapers.note(PROM_0, "edge-gpu-1", 9400)
+    scrapers.note(PROM_1, "edge-gpu-1", 9400, "forward")
+    scrapers.note(PROM_0, "edge-gpu-1", 9400, "forward")
     assert scrapers.primary("edge-gpu-1", 9400) == PROM_0 and scrapers.known(PROM_1)
     assert not scrapers.settled()
     for i in range(8):  # the oldest entries go past the bound
-        scrapers.note(OTHER, f"edge-gpu-{i + 2}", 9400)
+        scrapers.note(OTHER, f"edge-gpu-{i + 2}", 9400, "dns")
     assert not scrapers.known(PROM_1) and scrapers.primary("edge-gpu-1", 9400) is None
     now[0] = 101.0
     assert not scrapers.known(OTHER) and scrapers.settled()  # not seen for the TTL: gone
@@ -56,8 +57,8 @@ def test_the_book_is_bounded_forgets_and_picks_a_primary() -> None:
 def test_per_scraper_each_replica_gets_its_own() -> None:
     now = [0.0]
     scrapers = book(now)
-    scrapers.note(PROM_0, "edge-gpu-1", 9400)
-    scrapers.note("fd00::7", "edge-gpu-1", 9400)
+    scrapers.note(PROM_0, "edge-gpu-1", 9400, "forward")
+    scrapers.note("fd00::7", "edge-gpu-1", 9400, "dns")
     routes = route([scrape(PROM_0), scrape("fd00::7"), scrape("")], PER_SCRAPER, TEMPLATE, scrapers)
     got = {u: len(s) for u, s in routes.by_url.items()}
     assert got == {"http://10.42.0.7:9090/api/v1/write": 1, "http://[fd00::7]:9090/api/v1/write": 1}
@@ -81,11 +82,38 @@ def test_shared_one_copy_of_an_ha_pair() -> None:
     both = [scrape(PROM_1), scrape(PROM_0), scrape(PROM_1, ts=2000), scrape("", node="edge-gpu-2")]
     # the book knows nobody (a restarted gateway): the lowest address the batch has
     routes = route(both, SHARED, url, scrapers)
-    assert [s.scraper for s in routes.by_url[url]] == [PROM_0, ""]
+    assert [s.scraper for s in routes.by_url[url]] == [f"{PROM_0}/forward", ""]
     assert routes.dropped == {"other_replica": 4}
-    scrapers.note(PROM_1, "edge-gpu-1", 9400)  # only PROM_1 scrapes it now: its copy
+    scrapers.note(PROM_1, "edge-gpu-1", 9400, "forward")  # only PROM_1 scrapes it now: its copy
     routes = route(both, SHARED, url, scrapers)
-    assert [s.scraper for s in routes.by_url[url]] == [PROM_1, PROM_1, ""]
+    assert [s.scraper for s in routes.by_url[url]] == [f"{PROM_1}/forward"] * 2 + [""]
+
+
+def test_shared_keeps_every_job_of_the_primary() -> None:
+    """Two jobs of one Prometheus (a dns job and a proxy_url job) are two scrapers of one
+    address: both are the primary's, both written, each with its own job's labels later."""
+    now = [0.0]
+    batch = [scrape(PROM_0, mode="dns"), scrape(PROM_0, mode="forward"), scrape(PROM_1)]
+    routes = route(batch, SHARED, "http://rx/api/v1/write", book(now))
+    written = [s.scraper for s in routes.by_url["http://rx/api/v1/write"]]
+    assert written == [f"{PROM_0}/dns", f"{PROM_0}/forward"]
+
+
+def test_two_jobs_on_one_port_told_apart_by_mode_or_path() -> None:
+    dns = BackfillJob(port=9400, job="edge-dns", mode="dns")
+    sd = BackfillJob(port=9400, job="edge-sd", mode="forward", discovery_labels=True)
+    gpu = BackfillJob(port=9400, job="edge-gpu-only", path="/metrics?collect[]=gpu")
+    jobs = [dns, sd, gpu]
+    assert job_for(jobs, 9400, "dns", "/metrics") is dns
+    assert job_for(jobs, 9400, "forward", "/metrics") is sd
+    assert job_for(jobs, 9400, "forward", "/metrics?collect[]=gpu") is gpu  # the path wins
+    assert job_for(jobs, 9400, "path", "/metrics") is None
+    assert job_for([BackfillJob(port=9400, job="any")], 9400, "", "/x") is not None
+    GatewayBackfillConfig(jobs=jobs)  # several jobs on one port: accepted
+    with pytest.raises(ValueError, match="same port, mode and path"):
+        GatewayBackfillConfig(jobs=[dns, BackfillJob(port=9400, job="again", mode="dns")])
+    with pytest.raises(ValueError, match="mode 'proxy'"):
+        BackfillJob(port=9400, job="x", mode="proxy")
 
 
 def test_receiver_url_and_config() -> None:

@@ -25,9 +25,9 @@ def head(scraper: str) -> bytes:
 def test_the_scraper_header_is_read_and_garbage_in_it_is_no_scrape() -> None:
     seen = parse_request_head("edge-gpu-1", 9400, head(PROM_0))
     assert seen is not None and seen.scraper == PROM_0
-    v6 = parse_request_head("edge-gpu-1", 9400, head("fd00::7"))
-    assert v6 is not None and v6.scraper == "fd00::7"
-    for bad in ("evil\x01", "a" * 65, "10.0.0.1; drop"):
+    v6 = parse_request_head("edge-gpu-1", 9400, head("fd00::7/dns"))
+    assert v6 is not None and v6.scraper == "fd00::7/dns"
+    for bad in ("evil\x01", "a" * 65, "10.0.0.1; drop", "10.0.0.1/DNS"):
         assert parse_request_head("edge-gpu-1", 9400, head(bad)) is None
 
 

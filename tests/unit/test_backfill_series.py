@@ -38,7 +38,7 @@ def test_target_labels_per_port_with_discovery() -> None:
 
 def convert_one(scrapes: tuple[Scrape, ...], **kw: object) -> object:
     args: dict[str, object] = {
-        "jobs": {9100: BackfillJob(port=9100, job="node")},
+        "jobs": [BackfillJob(port=9100, job="node")],
         "may_serve": lambda n: n.startswith("edge-"),
         "discovery": lambda n, p: {},
         "now_ms": NOW_MS,

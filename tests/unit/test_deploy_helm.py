@@ -145,7 +145,8 @@ def with_backfill_l3_emptydir() -> dict[str, Any]:
         "jobs": [
             {"port": 9400, "job": "dcgm", "instance": "{node}", "honorLabels": True,
              "labels": {"cluster": "edge"}},
-            {"port": 9100, "job": "node", "discoveryLabels": False},
+            {"port": 9100, "job": "node", "discoveryLabels": False, "mode": "dns"},
+            {"port": 9100, "job": "node-sd", "mode": "forward", "path": "/metrics"},
         ],
     }  # fmt: skip
     values["agent"]["backfill"] = {"enabled": True, "persistence": {"enabled": False}}

@@ -82,6 +82,8 @@ def test_gateway_backfill_section_maps_the_values(
                 honor_labels=j.get("honorLabels", False),
                 discovery_labels=j.get("discoveryLabels", False),
                 labels=j.get("labels", {}),
+                mode=j.get("mode"),
+                path=j.get("path"),
             )
             for j in want["jobs"]
         ]
@@ -97,7 +99,9 @@ def test_gateway_backfill_section_maps_the_values(
                 sc["spec"]["relabelings"]
             )
         assert len(expected) == len(values["scrapeConfig"]["ports"])
-    assert sorted(cfg.jobs, key=lambda j: j.port) == sorted(expected, key=lambda j: j.port)
+    assert sorted(cfg.jobs, key=lambda j: (j.port, j.job)) == sorted(
+        expected, key=lambda j: (j.port, j.job)
+    )
 
 
 def check_remote_write(client: RemoteWriteConfig, want: dict[str, Any], objs: list[Any]) -> None:

@@ -201,6 +201,8 @@ its http_sd target labels. */}}
 {{- if hasKey . "honorLabels" }}{{ $_ := set $job "honor_labels" .honorLabels }}{{ end -}}
 {{- if hasKey . "discoveryLabels" }}{{ $_ := set $job "discovery_labels" .discoveryLabels }}{{ end -}}
 {{- if .labels }}{{ $_ := set $job "labels" .labels }}{{ end -}}
+{{- if .mode }}{{ $_ := set $job "mode" .mode }}{{ end -}}
+{{- if .path }}{{ $_ := set $job "path" .path }}{{ end -}}
 {{- $jobs = append $jobs $job -}}
 {{- end -}}
 {{- else if .Values.scrapeConfig.enabled -}}
