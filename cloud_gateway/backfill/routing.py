@@ -2,8 +2,8 @@
 
 ``shared``: one receiver (``remote_write_url``) for every scraper. Of a target scraped by an
 HA pair the agent fills both replicas' scrapes; one copy is written, the primary scraper's
-(:meth:`ScraperBook.primary`; unknown to the book, as right after a gateway restart: the
-lowest address the batch has for that target), the other's samples are dropped
+(:meth:`ScraperBook.primary`: the lowest address whose scrapes of that target were
+backfilled within the book's TTL, this batch's included), the other's samples are dropped
 (``other_replica``): the same series at two phases would double it in a shared store.
 
 ``per_scraper``: ``remote_write_url`` is a template with ``{scraper}`` (the Prometheus
@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cloud_gateway.backfill.scrapers import ScraperBook, address_order
+from cloud_gateway.backfill.scrapers import ScraperBook
 from raven.backfill.wire import Scrape, scraper_address
 
 __all__ = ["PER_SCRAPER", "SHARED", "Routes", "receiver_url", "route"]
@@ -60,16 +60,12 @@ def route(scrapes: Sequence[Scrape], mode: str, url: str, book: ScraperBook) -> 
             else:
                 out.wait = address
         return out
-    fallback: dict[tuple[str, int], str] = {}
-    for s in scrapes:  # the lowest address per target, for targets the book has no primary of
-        key, address = (s.node, s.port), scraper_address(s.scraper)
-        if address and (key not in fallback or address_order(address) < address_order(
-                fallback[key])):  # fmt: skip
-            fallback[key] = address
+    for s in scrapes:  # every scraper this batch fills is a candidate primary
+        if address := scraper_address(s.scraper):
+            book.note_backfill(address, s.node, s.port)
     for s in scrapes:
         address = scraper_address(s.scraper)
-        primary = book.primary(s.node, s.port) or fallback.get((s.node, s.port), "")
-        if address and address != primary:
+        if address and address != book.primary(s.node, s.port):
             out.drop("other_replica", len(s.samples))
         else:  # the primary's scrapes, in every mode and path it scrapes (its jobs)
             out.by_url[url].append(s)

@@ -9,8 +9,9 @@ that address; this book says where they may go:
   (an agent cannot point the gateway's writes anywhere else), and a scraper not seen for
   ``ttl_s`` is gone (a replaced Prometheus pod comes back with another address);
 - with one shared receiver, the samples of one scraper per target are written (the
-  *primary*: the lowest address of those scraping it now), so an HA pair's two copies do
-  not land twice in the same series.
+  *primary*: the lowest address of those whose scrapes of it agents backfilled within the
+  TTL: a one-off client, a curl, is never learned by an agent and never primary), so an HA
+  pair's two copies do not land twice in the same series.
 
 Bounded: at most ``max_entries`` (scraper, node, port) entries, the least recently seen go.
 """
@@ -41,25 +42,23 @@ class ScraperBook:
         self.clock = clock
         self.started = clock()
         self._seen: OrderedDict[tuple[str, str, int], float] = OrderedDict()
+        self._backfilled: OrderedDict[tuple[str, str, int], float] = OrderedDict()
 
     def note(self, scraper: str, node: str, port: int, mode: str) -> str:
         """``scraper`` (an address) requested ``node:port`` now, addressing it in ``mode``;
         the header value that names it to the agent: ``<address>/<mode>`` (two jobs of one
         Prometheus in two modes are two scrapers)."""
-        key = (scraper, node, port)
-        self._seen[key] = self.clock()
-        self._seen.move_to_end(key)
-        while len(self._seen) > self.max_entries:
-            self._seen.popitem(last=False)
+        _touch(self._seen, (scraper, node, port), self.clock(), self.max_entries)
         return f"{scraper}/{mode}"
 
-    def _live(self, now: float) -> list[tuple[str, str, int]]:
-        return [k for k, at in self._seen.items() if now - at <= self.ttl_s]
+    def note_backfill(self, scraper: str, node: str, port: int) -> None:
+        """An agent backfilled ``scraper``'s scrapes of ``node:port`` (it learned them)."""
+        _touch(self._backfilled, (scraper, node, port), self.clock(), self.max_entries)
 
     def known(self, scraper: str) -> bool:
         """Did ``scraper`` scrape anything through this gateway within the TTL?"""
         now = self.clock()
-        return any(k[0] == scraper for k in self._live(now))
+        return any(k[0] == scraper and now - at <= self.ttl_s for k, at in self._seen.items())
 
     def settled(self) -> bool:
         """True once this gateway has run for a TTL: a scraper unknown now is gone, not yet
@@ -69,8 +68,21 @@ class ScraperBook:
     def primary(self, node: str, port: int) -> str | None:
         """The one scraper of ``node:port`` whose samples a shared receiver gets."""
         now = self.clock()
-        scrapers = [k[0] for k in self._live(now) if k[1] == node and k[2] == port]
+        scrapers = [k[0] for k, at in self._backfilled.items()
+                    if k[1] == node and k[2] == port and now - at <= self.ttl_s]  # fmt: skip
         return min(scrapers, key=address_order) if scrapers else None
+
+
+def _touch(
+    entries: OrderedDict[tuple[str, str, int], float],
+    key: tuple[str, str, int],
+    now: float,
+    bound: int,
+) -> None:
+    entries[key] = now
+    entries.move_to_end(key)
+    while len(entries) > bound:
+        entries.popitem(last=False)
 
 
 def address_order(address: str) -> tuple[int, str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 
 import pytest
 
@@ -123,3 +124,62 @@ def test_ha_pair_each_replica_backfilled_into_its_own_storage(lab: Lab) -> None:
         text = (lab.workdir / f"prometheus-{index}.log").read_text(errors="replace").lower()
         for bad in ("duplicate sample", "out of bounds", "out of order sample", "too old"):
             assert bad not in text, f"prometheus-{index} logged {bad!r}"
+
+
+VICTORIA = "/usr/bin/victoria-metrics"
+
+
+def vm_counts(cloud: Netns, selector: str, at: float) -> dict[str, int]:
+    """Samples per series of a range selector at ``at``, from VictoriaMetrics."""
+    query = urllib.parse.urlencode({"query": selector, "time": f"{at:.3f}", "nocache": "1"})
+    body = json.loads(cloud.http("127.0.0.1", 8428, f"/api/v1/query?{query}").body)
+    return {json.dumps(r["metric"], sort_keys=True): len(r["values"])
+            for r in body["data"]["result"]}  # fmt: skip
+
+
+def test_ha_pair_into_one_shared_receiver_is_written_once(lab: Lab) -> None:
+    """The same pair, both jobs, backfill into one shared VictoriaMetrics (no deduplication
+    configured): each series of the outage is there once, one sample per interval, not two."""
+    from tests.e2e.conftest import require_e2e
+
+    require_e2e("prometheus", "nft", NODE_EXPORTER, VICTORIA)
+    cloud = lab.netns("sh-cloud")
+    vm = lab.process(cloud, "victoria-metrics", [
+        VICTORIA, f"-storageDataPath={lab.workdir / 'vm-data'}", "-httpListenAddr=127.0.0.1:8428",
+        "-search.disableCache", "-search.latencyOffset=1s", "-loggerLevel=WARN"])  # fmt: skip
+    cloud.wait_for_http("127.0.0.1", 8428, "/health", timeout_s=30, proc=vm)
+    gw_key = lab.workdir / "gateway.key"
+    gw_public = write_key(gw_key)
+    sites = [Site("a", 1, 1001), Site("b", 2, 2002)]
+    agents = {s.key: build_site(lab, cloud, s, gw_public) for s in sites}
+    backfill = {"enabled": True, "receivers": "shared",
+                "remote_write_url": "http://127.0.0.1:8428/api/v1/write",
+                "out_of_order_window_s": 3600,
+                "jobs": [{"port": 9100, "job": JOB, "mode": "forward"},
+                         {"port": 9100, "job": PATH_JOB, "mode": "path",
+                          "labels": {"via": "path"}}]}  # fmt: skip
+    start_gateway(lab, cloud, gw_key, agents, proxy_listen=f"0.0.0.0:{PROXY_PORT}",
+                  backfill=backfill)  # fmt: skip
+    pair = [replica(lab, cloud, i, sites).start() for i in (0, 1)]
+    for prom in pair:
+        prom.wait_all_up({JOB: 2, PATH_JOB: 1}, timeout_s=60)
+    a = sites[0]
+    wait_until(lambda: agent_status(a)["backfill"]["targets"] == 4, 30, "both replicas learned")
+    time.sleep(4 * INTERVAL_S)
+
+    start, end, _ = outage(lab, cloud, a, 30.0, kill_agent=False)
+    window, expected = int(end - start), (end - start) / INTERVAL_S
+    for job in (JOB, PATH_JOB):
+        promql = f'{{job="{job}",instance="{a.instance}"}}[{window}s]'
+
+        def once(promql: str = promql) -> dict[str, int] | None:
+            counts = vm_counts(cloud, promql, end)
+            ok = len(counts) > 10 and all(abs(n - expected) <= 1 for n in counts.values())
+            return counts if ok else None
+
+        def detail(promql: str = promql) -> str:
+            return str(vm_counts(cloud, promql, end))
+
+        counts = wait_until(once, 60, f"{job}'s outage in VictoriaMetrics, once", detail=detail)
+        if job == PATH_JOB:
+            assert all(json.loads(k).get("via") == "path" for k in counts)

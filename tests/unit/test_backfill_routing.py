@@ -43,12 +43,15 @@ def test_the_proxy_names_the_scraper_and_drops_a_forged_name() -> None:
 def test_the_book_is_bounded_forgets_and_picks_a_primary() -> None:
     now = [0.0]
     scrapers = book(now)
-    scrapers.note(PROM_1, "edge-gpu-1", 9400, "forward")
+    assert scrapers.note(PROM_1, "edge-gpu-1", 9400, "forward") == f"{PROM_1}/forward"
     scrapers.note(PROM_0, "edge-gpu-1", 9400, "forward")
+    scrapers.note_backfill(PROM_1, "edge-gpu-1", 9400)
+    scrapers.note_backfill(PROM_0, "edge-gpu-1", 9400)
     assert scrapers.primary("edge-gpu-1", 9400) == PROM_0 and scrapers.known(PROM_1)
     assert not scrapers.settled()
     for i in range(8):  # the oldest entries go past the bound
         scrapers.note(OTHER, f"edge-gpu-{i + 2}", 9400, "dns")
+        scrapers.note_backfill(OTHER, f"edge-gpu-{i + 2}", 9400)
     assert not scrapers.known(PROM_1) and scrapers.primary("edge-gpu-1", 9400) is None
     now[0] = 101.0
     assert not scrapers.known(OTHER) and scrapers.settled()  # not seen for the TTL: gone
@@ -79,14 +82,16 @@ def test_shared_one_copy_of_an_ha_pair() -> None:
     now = [0.0]
     scrapers = book(now)
     url = "http://thanos-receive:19291/api/v1/receive"
+    scrapers.note("127.0.0.1", "edge-gpu-1", 9400, "forward")  # a curl: never backfilled
     both = [scrape(PROM_1), scrape(PROM_0), scrape(PROM_1, ts=2000), scrape("", node="edge-gpu-2")]
-    # the book knows nobody (a restarted gateway): the lowest address the batch has
-    routes = route(both, SHARED, url, scrapers)
+    routes = route(both, SHARED, url, scrapers)  # the lowest address of those backfilled
     assert [s.scraper for s in routes.by_url[url]] == [f"{PROM_0}/forward", ""]
     assert routes.dropped == {"other_replica": 4}
-    scrapers.note(PROM_1, "edge-gpu-1", 9400, "forward")  # only PROM_1 scrapes it now: its copy
-    routes = route(both, SHARED, url, scrapers)
-    assert [s.scraper for s in routes.by_url[url]] == [f"{PROM_1}/forward"] * 2 + [""]
+    routes = route([scrape(PROM_1, ts=3000)], SHARED, url, scrapers)  # stable across batches
+    assert not routes.by_url and routes.dropped == {"other_replica": 2}
+    now[0] = 101.0  # PROM_0 not backfilled for a TTL (gone): PROM_1's copy is written
+    routes = route([scrape(PROM_1, ts=4000)], SHARED, url, scrapers)
+    assert [s.scraper for s in routes.by_url[url]] == [f"{PROM_1}/forward"]
 
 
 def test_shared_keeps_every_job_of_the_primary() -> None:
