@@ -162,9 +162,9 @@ def check_workloads(objs: list[dict[str, Any]], *, l3: bool) -> None:
         name = w["metadata"]["name"]
         spec = pod_spec(w)
         pod_sc = spec.get("securityContext", {})
-        gpu = name == GPU_EXPORTER
-        if gpu:  # root for pod-resources and /proc of other pods, like dcgm-exporter
-            assert pod_sc.get("runAsUser") == 0 and spec.get("hostPID") is True, name
+        gpu = name == GPU_EXPORTER or name.endswith(("-gpu-exporter-cloud", "-gpu-exporter-edge"))
+        if gpu and spec.get("hostPID"):  # root: pod-resources and other pods' /proc, as dcgm
+            assert pod_sc.get("runAsUser") == 0, name
         else:
             assert pod_sc.get("runAsNonRoot") is True, name
         assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", name

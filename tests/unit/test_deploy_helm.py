@@ -196,6 +196,13 @@ def behind_one_address() -> dict[str, Any]:
     return values
 
 
+def with_gpu_exporter() -> dict[str, Any]:
+    """The GPU exporter on cloud and edge GPU nodes, a PodMonitor for the cloud ones."""
+    values = kube_prometheus_stack()
+    values["gpuExporter"] = {"enabled": True, "cloud": {"podMonitor": {"enabled": True}}}
+    return values
+
+
 VARIANTS: dict[str, Callable[[], dict[str, Any]]] = {
     "behind-one-address": behind_one_address,
     "docs-kubernetes-md": documented_values,
@@ -208,6 +215,7 @@ VARIANTS: dict[str, Callable[[], dict[str, Any]]] = {
     "two-sites-l3": lambda: two_sites(l3=True),
     "kube-prometheus-stack": kube_prometheus_stack,
     "admin-token": with_admin_token,
+    "gpu-exporter": with_gpu_exporter,
 }
 
 
@@ -244,8 +252,11 @@ def test_pod_security_restricted_except_the_l3_containers(
     /dev/net/tun; the agents on the host network): the documented exception."""
     name, values, objs = variant
     check_workloads(objs, l3=values.get("l3", {}).get("enabled", False))
+    privileged = gpu_exporter_namespace(values, objs)
     for w in workloads(objs):
         spec = pod_spec(w)
+        if w["metadata"]["namespace"] == privileged:  # the GPU exporter's own namespace
+            continue
         found = pod_security_violations(spec)
         if any(is_l3_container(c) for c in spec["containers"]):
             assert values["l3"]["enabled"], w["metadata"]["name"]
@@ -255,6 +266,20 @@ def test_pod_security_restricted_except_the_l3_containers(
         images = {c["image"] for c in spec.get("initContainers", []) + spec["containers"]}
         repository = values.get("image", {}).get("repository", "raven")
         assert images == {f"{repository}:{APP_VERSION}"}, "image tag defaults to the appVersion"
+
+
+def gpu_exporter_namespace(values: dict[str, Any], objs: list[dict[str, Any]]) -> str | None:
+    """The GPU exporter's namespace, labelled Pod Security "privileged" (hostPID,
+    hostNetwork, a hostPath, uid 0), never the release's ("restricted")."""
+    gpu = values.get("gpuExporter", {})
+    if not gpu.get("enabled"):
+        assert not [w for w in workloads(objs) if "gpu-exporter" in w["metadata"]["name"]]
+        return None
+    namespace = str(gpu.get("namespace", "raven-gpu-exporter"))
+    assert namespace != NAMESPACE
+    ns = find(objs, "Namespace", namespace)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    return namespace
 
 
 def test_configs_load_and_agree_with_the_objects(
@@ -542,6 +567,61 @@ def test_replicas_behind_one_address_drain_in_order_and_websocket_ingress() -> N
     assert notes["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "3600"
     (rule,) = ingress["spec"]["rules"]
     assert rule["http"]["paths"][0]["path"] == cfg["websocket"]["path"]
+
+
+def test_gpu_exporter_cloud_and_edge_and_only_cloud_scraped_directly() -> None:
+    objs = render(with_gpu_exporter())
+    cloud, edge = (find(objs, "DaemonSet", f"raven-gpu-exporter-{s}") for s in ("cloud", "edge"))
+    for ds, op in ((cloud, "DoesNotExist"), (edge, "Exists")):
+        assert ds["metadata"]["namespace"] == "raven-gpu-exporter"
+        spec = pod_spec(ds)
+        required = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        (term,) = required["nodeSelectorTerms"]
+        assert term["matchExpressions"] == [{"key": "raven.io/site", "operator": op}]
+        assert spec["hostPID"] is True and spec["hostNetwork"] is True
+        args = container(ds, "gpu-exporter")["args"]
+        assert "--kubernetes" in args and "--label-mode=upstream" in args
+    monitor = find(objs, "PodMonitor", "raven-gpu-exporter-cloud")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["selector"]["matchLabels"]["raven.io/gpu-exporter-scope"] == "cloud"
+    # the cloud pods carry what the monitor selects, the edge ones not
+    cloud_labels = cloud["spec"]["template"]["metadata"]["labels"]
+    edge_labels = edge["spec"]["template"]["metadata"]["labels"]
+    wanted = monitor["spec"]["selector"]["matchLabels"].items()
+    assert wanted <= cloud_labels.items() and not wanted <= edge_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["relabelings"][0]["targetLabel"] == "instance"
+    role = find(objs, "ClusterRole", "raven-gpu-exporter")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+
+
+def test_gpu_exporter_without_per_pod_metrics_runs_unprivileged_and_never_in_the_release_ns() -> (
+    None
+):
+    values = with_gpu_exporter()
+    values["gpuExporter"] |= {"perPodMetrics": False, "labelMode": "ack"}
+    objs = render(values)
+    spec = pod_spec(find(objs, "DaemonSet", "raven-gpu-exporter-cloud"))
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["hostPID"] is False
+    assert "volumes" not in spec and not [o for o in objs if o["kind"] == "ClusterRole"
+                                          and "gpu" in o["metadata"]["name"]]  # fmt: skip
+    values["gpuExporter"]["namespace"] = NAMESPACE
+    with pytest.raises(Exception, match="Pod Security privileged"):
+        render(values)
+
+
+def test_notes_warn_about_monitors_no_operator_selects() -> None:
+    values = two_sites()
+    values["serviceMonitor"] = {"enabled": True}
+    with helm.Chart.load(str(CHART)) as chart:
+        notes = chart.render(values, name=RELEASE, namespace=NAMESPACE)["raven/templates/NOTES.txt"]
+    assert "WARNING: serviceMonitor is enabled without additionalLabels" in notes
+    values["serviceMonitor"]["additionalLabels"] = {"release": "kube-prometheus-stack"}
+    with helm.Chart.load(str(CHART)) as chart:
+        notes = chart.render(values, name=RELEASE, namespace=NAMESPACE)["raven/templates/NOTES.txt"]
+    assert "WARNING" not in notes
 
 
 def test_grace_period_shorter_than_the_drain_fails_the_render() -> None:
