@@ -90,17 +90,16 @@ def path_job_complete(prom: Prometheus, a: Site, start: float, end: float) -> No
     assert all(json.loads(k).get("via") == "path" for k in counts)
 
 
-def test_ha_pair_each_replica_backfilled_into_its_own_storage(lab: Lab) -> None:
-    from tests.e2e.conftest import require_e2e
-
-    require_e2e("prometheus", "nft", NODE_EXPORTER)
-    cloud = lab.netns("ha-cloud")
+def pair_scraping_two_sites(
+    lab: Lab, cloud: Netns, receivers: str, url: str
+) -> tuple[list[Site], list[Prometheus]]:
+    """Two sites, the gateway (backfill into ``url`` with ``receivers``, both jobs known) and
+    the HA pair, every target up and learned by site A's agent once per replica and job."""
     gw_key = lab.workdir / "gateway.key"
     gw_public = write_key(gw_key)
     sites = [Site("a", 1, 1001), Site("b", 2, 2002)]
     agents = {s.key: build_site(lab, cloud, s, gw_public) for s in sites}
-    backfill = {"enabled": True, "receivers": "per_scraper",
-                "remote_write_url": "http://{scraper}:9090/api/v1/write",
+    backfill = {"enabled": True, "receivers": receivers, "remote_write_url": url,
                 "out_of_order_window_s": 3600,
                 "jobs": [{"port": 9100, "job": JOB, "mode": "forward"},
                          {"port": 9100, "job": PATH_JOB, "mode": "path",
@@ -110,10 +109,21 @@ def test_ha_pair_each_replica_backfilled_into_its_own_storage(lab: Lab) -> None:
     pair = [replica(lab, cloud, i, sites).start() for i in (0, 1)]
     for prom in pair:
         prom.wait_all_up({JOB: 2, PATH_JOB: 1}, timeout_s=60)
-    a = sites[0]
     # one target per replica and job: the pair is not one target scraped four times as often
-    wait_until(lambda: agent_status(a)["backfill"]["targets"] == 4, 30, "both replicas learned")
+    wait_until(lambda: agent_status(sites[0])["backfill"]["targets"] == 4, 30,
+               "both replicas learned")  # fmt: skip
     time.sleep(4 * INTERVAL_S)  # a few arrivals for each one's interval estimate
+    return sites, pair
+
+
+def test_ha_pair_each_replica_backfilled_into_its_own_storage(lab: Lab) -> None:
+    from tests.e2e.conftest import require_e2e
+
+    require_e2e("prometheus", "nft", NODE_EXPORTER)
+    cloud = lab.netns("ha-cloud")
+    sites, pair = pair_scraping_two_sites(lab, cloud, "per_scraper",
+                                          "http://{scraper}:9090/api/v1/write")  # fmt: skip
+    a = sites[0]
 
     start, end, recovery = outage(lab, cloud, a, 60.0, kill_agent=False)
     print(f"\nHA pair, recovery after a 60 s blackhole: {recovery:.2f}s")
@@ -148,24 +158,9 @@ def test_ha_pair_into_one_shared_receiver_is_written_once(lab: Lab) -> None:
         VICTORIA, f"-storageDataPath={lab.workdir / 'vm-data'}", "-httpListenAddr=127.0.0.1:8428",
         "-search.disableCache", "-search.latencyOffset=1s", "-loggerLevel=WARN"])  # fmt: skip
     cloud.wait_for_http("127.0.0.1", 8428, "/health", timeout_s=30, proc=vm)
-    gw_key = lab.workdir / "gateway.key"
-    gw_public = write_key(gw_key)
-    sites = [Site("a", 1, 1001), Site("b", 2, 2002)]
-    agents = {s.key: build_site(lab, cloud, s, gw_public) for s in sites}
-    backfill = {"enabled": True, "receivers": "shared",
-                "remote_write_url": "http://127.0.0.1:8428/api/v1/write",
-                "out_of_order_window_s": 3600,
-                "jobs": [{"port": 9100, "job": JOB, "mode": "forward"},
-                         {"port": 9100, "job": PATH_JOB, "mode": "path",
-                          "labels": {"via": "path"}}]}  # fmt: skip
-    start_gateway(lab, cloud, gw_key, agents, proxy_listen=f"0.0.0.0:{PROXY_PORT}",
-                  backfill=backfill)  # fmt: skip
-    pair = [replica(lab, cloud, i, sites).start() for i in (0, 1)]
-    for prom in pair:
-        prom.wait_all_up({JOB: 2, PATH_JOB: 1}, timeout_s=60)
+    sites, _pair = pair_scraping_two_sites(lab, cloud, "shared",
+                                           "http://127.0.0.1:8428/api/v1/write")  # fmt: skip
     a = sites[0]
-    wait_until(lambda: agent_status(a)["backfill"]["targets"] == 4, 30, "both replicas learned")
-    time.sleep(4 * INTERVAL_S)
 
     start, end, _ = outage(lab, cloud, a, 30.0, kill_agent=False)
     window, expected = int(end - start), (end - start) / INTERVAL_S
