@@ -330,6 +330,19 @@ class Registry:
     def agents_for(self, node: str) -> list[AgentSession]:
         return [s for s in self.node_index.get(node, ()) if self.live(s)]
 
+    def down_sites_covering(self, node: str) -> list[str]:
+        """The configured sites whose node patterns (names or globs) cover ``node`` and whose
+        agent has no live tunnel (a connected site that does not serve it: unknown there)."""
+        return sorted(
+            a.name
+            for a in self.by_key.values()
+            if a.may_serve(node) and not self._is_up(a.name)
+        )
+
+    def _is_up(self, site: str) -> bool:
+        session = self.sessions.get(site)
+        return session is not None and self.live(session)
+
     def is_known(self, node: str) -> bool:
         """A node some agent registered once, or an exact (non-glob) name in the config."""
         return node in self.seen_nodes or node in self._exact_names
@@ -342,6 +355,12 @@ class Registry:
         name = normalize_node_name(node)
         candidates = self.agents_for(name)
         if not candidates:
+            sites = self.down_sites_covering(name)
+            if sites:  # a node its site's patterns cover: that site is down, not a typo
+                down = ", ".join(sites)
+                raise StreamOpenError(
+                    OpenFailure.NO_AGENT, f"no agent connected for {name} (site {down} is down)"
+                )
             if self.is_known(name):
                 raise StreamOpenError(OpenFailure.NO_AGENT, f"no agent connected for {name}")
             raise StreamOpenError(OpenFailure.UNKNOWN_NODE, f"unknown node {name}")

@@ -151,3 +151,26 @@ def test_expiry_forgets_what_the_full_walk_forgot(
         expected = oracle(reg, clock.now)
         assert set(reg.expire()) == expected
         assert not oracle(reg, clock.now)
+
+
+def test_a_node_its_site_covers_is_no_agent_naming_the_site_not_unknown() -> None:
+    """A node an authorised site's patterns cover, whose agent is not connected (a wrong key,
+    a site down): 503 no_agent naming the site, not 404 unknown_node (which says typo)."""
+    from raven.transport.stream import OpenFailure, StreamOpenError
+
+    reg = registry(Clock())
+
+    async def open_(node: str) -> StreamOpenError:
+        try:
+            await reg.open_stream(node, 9400, timeout_s=1)
+        except StreamOpenError as exc:
+            return exc
+        raise AssertionError("opened")
+
+    covered = asyncio.run(open_("edge-gpu-7"))  # SITE's glob edge-*, never registered
+    assert covered.reason is OpenFailure.NO_AGENT and "site site-a is down" in covered.detail
+    exact = asyncio.run(open_("exact-node"))  # an exact name in the config, case-folded
+    assert exact.reason is OpenFailure.NO_AGENT and "site-a" in exact.detail
+    stranger = asyncio.run(open_("nope-1"))
+    assert stranger.reason is OpenFailure.UNKNOWN_NODE
+    assert reg.down_sites_covering("gpu-3") == ["site-b"] and not reg.down_sites_covering("x")
