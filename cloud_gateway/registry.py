@@ -334,9 +334,7 @@ class Registry:
         """The configured sites whose node patterns (names or globs) cover ``node`` and whose
         agent has no live tunnel (a connected site that does not serve it: unknown there)."""
         return sorted(
-            a.name
-            for a in self.by_key.values()
-            if a.may_serve(node) and not self._is_up(a.name)
+            a.name for a in self.by_key.values() if a.may_serve(node) and not self._is_up(a.name)
         )
 
     def _is_up(self, site: str) -> bool:

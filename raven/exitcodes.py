@@ -9,9 +9,12 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 #: It could not start: a bad flag, a bad config file, an unusable key file.
 EXIT_USAGE = 2
+#: `raven status`: read, and something is down (an agent, a gateway link, an unreachable node).
+EXIT_DEGRADED = 3
 
 DESCRIPTION = (
     "exit codes: 0 ok (servers: stopped by SIGINT/SIGTERM), "
     "1 failed while running (port in use, gateway unreachable), "
-    "2 bad usage: a wrong flag, config file or key file"
+    "2 bad usage: a wrong flag, config file or key file, "
+    "3 (raven status) read, but an agent or gateway link is down or a node unreachable"
 )

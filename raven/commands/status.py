@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from raven.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from raven.exitcodes import EXIT_DEGRADED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 #: The admin bearer token, when the gateway requires one (or --token-file).
 TOKEN_ENV = "RAVEN_ADMIN_TOKEN"  # noqa: S105 - a variable name, not a secret
@@ -54,6 +54,17 @@ def register_status(subparsers: Any) -> argparse.ArgumentParser:
         help=f"file holding the admin bearer token (default: ${TOKEN_ENV} when set)",
     )
     p.add_argument("--timeout-s", type=float, default=10.0, help="give up after this many seconds")
+    p.add_argument(
+        "--warn-only",
+        action="store_true",
+        help="exit 0 even when something is down (for a dashboard that only shows the tables)",
+    )
+    p.epilog = (
+        f"exit codes: {EXIT_OK} everything up (every agent, every node reachable; --agent:"
+        f" every gateway link up), {EXIT_DEGRADED} read but something is down (0 with"
+        f" --warn-only), {EXIT_FAILURE} the status could not be read, {EXIT_USAGE} bad usage."
+        " Usable as a probe: raven status -o json > /dev/null || page"
+    )
     p.set_defaults(func=_status)
     return p
 
@@ -135,4 +146,29 @@ def _status(args: argparse.Namespace) -> int:
         print(render_agent_status(data), end="")
     else:
         print(render_status(data), end="")
+    down = what_is_down(data, agent=bool(args.agent))
+    if down and not args.warn_only:
+        print(f"raven status: {down}", file=sys.stderr)
+        return EXIT_DEGRADED
     return EXIT_OK
+
+
+def what_is_down(data: dict[str, Any], *, agent: bool) -> str:
+    """One line naming what is down in a status document, "" when everything is up."""
+    if agent:
+        links = [g for g in data.get("gateways", []) if isinstance(g, dict)]
+        down = [str(g.get("gateway")) for g in links if not g.get("up")]
+        if not links:
+            return "no gateway link"
+        return f"gateway links down: {', '.join(down)}" if down else ""
+    agents = [a for a in data.get("agents", []) if isinstance(a, dict)]
+    nodes = [n for n in data.get("nodes", []) if isinstance(n, dict)]
+    sites = [str(a.get("site")) for a in agents if a.get("state") != "up"]
+    unreachable = [str(n.get("node")) for n in nodes if not n.get("reachable")]
+    parts = []
+    if sites:
+        parts.append(f"{len(sites)} of {len(agents)} agents down ({', '.join(sites[:5])})")
+    if unreachable:
+        parts.append(f"{len(unreachable)} of {len(nodes)} nodes unreachable "
+                     f"({', '.join(unreachable[:5])})")  # fmt: skip
+    return "; ".join(parts)
