@@ -133,3 +133,50 @@ def test_check_config_command(tmp_path: Path) -> None:
     proc = run_cli("check-config", str(tmp_path / "missing.yaml"))
     assert proc.returncode == 2
     assert "cannot read: No such file or directory" in proc.stderr
+
+
+def test_check_config_across_a_gateway_and_its_agents(tmp_path: Path) -> None:
+    """Each file valid alone, together wrong: the agent pasted its own public key, one agent
+    is not authorised, one node is outside its entry's globs; each finding at the agent
+    file's line, naming the gateway file and what to write."""
+    gw_key, a_key, b_key = tmp_path / "gw.key", tmp_path / "a.key", tmp_path / "b.key"
+    pubs = {}
+    for path in (gw_key, a_key, b_key):
+        private = keys.generate_private_key()
+        path.write_text(keys.encode_key(private) + "\n")
+        path.chmod(0o600)
+        pubs[path.name] = keys.encode_key(keys.public_key(private))
+    gateway = write(tmp_path, f"""\
+private_key_file: {gw_key}
+agents:
+  - name: site-a
+    public_key: "{pubs['a.key']}"
+    nodes: ["site-a-*"]
+""")  # fmt: skip
+    agent_a = write(tmp_path, f"""\
+private_key_file: {a_key}
+gateway: gw:10262
+gateway_public_key: "{pubs['a.key']}"
+nodes:
+  site-a-gpu-1: 192.168.1.10
+  site-b-gpu-1: 192.168.1.11
+""", "agent-a.yaml")  # fmt: skip
+    agent_b = write(tmp_path, f"""\
+private_key_file: {b_key}
+gateway: gw:10262
+gateway_public_key: "{pubs['b.key'][:-4]}AAA="
+""", "agent-b.yaml")  # fmt: skip
+    for one in (gateway, agent_a, agent_b):  # each alone: valid
+        assert run_cli("check-config", str(one)).returncode == 0
+    proc = run_cli("check-config", str(gateway), str(agent_a), str(agent_b))
+    assert proc.returncode == 2, proc.stdout
+    err = proc.stderr
+    assert f"{agent_a}:3:21: gateway_public_key: is this agent's own public key" in err, err
+    assert f"{agent_a}:6:3: nodes.site-b-gpu-1: not covered by {gateway}'s agents entry" in err
+    assert f"{agent_b}:1:19: private_key_file: this agent's key ({pubs['b.key']}) is not" in err
+    wrong = f"{pubs['b.key'][:12]}... is not the public key of the gateway in {gateway}"
+    assert f"{agent_b}:3:21: gateway_public_key: {wrong} ({pubs['gw.key']})" in err
+    assert f"{gateway}: ok (gateway config)" in proc.stdout
+    good = write(tmp_path, agent_a.read_text().replace(pubs["a.key"], pubs["gw.key"])
+                 .replace("  site-b-gpu-1: 192.168.1.11\n", ""), "agent-good.yaml")  # fmt: skip
+    assert run_cli("check-config", str(gateway), str(good)).returncode == 0
