@@ -210,7 +210,8 @@ class GatewayApp:
 
     def _api_status(self, _request: AdminRequest) -> AdminResponse:
         scrapes = self.proxy.scrapes if self.proxy is not None else ScrapeLog()
-        doc = gateway_status(self.registry, scrapes, started_at=self.started_at, version=version())
+        doc = gateway_status(self.registry, scrapes, started_at=self.started_at, version=version(),
+                             refusals=self.listener.refusals)  # fmt: skip
         if self.backfill is not None:  # per site: what its agent backfilled (docs/backfill.md)
             now = self.backfill.clock()
             for row in doc["agents"]:

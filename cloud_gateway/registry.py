@@ -60,7 +60,7 @@ class AgentSession:
             "agent": self.agent.name,
             "public_key": self.agent.public_key,
             "remote_address": self.tunnel.peer,
-            "connected_since": _iso(self.connected_since),
+            "connected_since": iso_utc(self.connected_since),
             "rtt_seconds": self.tunnel.rtt_s,
             "suite": suite.label if (suite := self.tunnel.conn.suite) is not None else None,
             "nodes": sorted(self.nodes),
@@ -71,7 +71,8 @@ class AgentSession:
         }
 
 
-def _iso(ts: float) -> str:
+def iso_utc(ts: float) -> str:
+    """A wall time as the admin API writes it: ISO 8601 UTC, whole seconds."""
     return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -400,7 +401,7 @@ class Registry:
                     "agents": [
                         {
                             "agent": s.agent.name,
-                            "connected_since": _iso(s.connected_since),
+                            "connected_since": iso_utc(s.connected_since),
                             "rtt_seconds": s.tunnel.rtt_s,
                         }
                         for s in sessions

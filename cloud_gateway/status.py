@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from cloud_gateway.registry import Registry
+from cloud_gateway.refusals import Refusals
+from cloud_gateway.registry import Registry, iso_utc
 from raven.keys import key_id
 
 #: Scrape durations kept per node for the p50/p99 (the most recent ones).
@@ -91,7 +92,7 @@ class ScrapeLog:
         tally.count += 1
         tally.last_at, tally.last_node, tally.last_detail = now, node, detail
         self.recent.appendleft(
-            {"at": _iso(now), "reason": reason, "status": status, "node": node, "detail": detail}
+            {"at": iso_utc(now), "reason": reason, "status": status, "node": node, "detail": detail}
         )
         if not node or reason == "unknown_node":  # unbounded names: no per-node state
             return
@@ -105,10 +106,6 @@ class ScrapeLog:
 def status_page_html() -> str:
     """The status page (cloud_gateway/web/status.html, shipped in the package)."""
     return resources.files("cloud_gateway.web").joinpath("status.html").read_text("utf-8")
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _agent_rows(registry: Registry, now: float) -> list[dict[str, Any]]:
@@ -135,7 +132,7 @@ def _agent_rows(registry: Registry, now: float) -> list[dict[str, Any]]:
             row.update(
                 state="draining" if tunnel.draining else "up",
                 address=tunnel.peer,
-                connected_since=_iso(session.connected_since),
+                connected_since=iso_utc(session.connected_since),
                 uptime_seconds=round(now - session.connected_since, 3),
                 rtt_seconds=tunnel.rtt_s,
                 bytes_sent=stats.bytes_sent,
@@ -178,7 +175,7 @@ def _node_rows(registry: Registry, scrapes: ScrapeLog, now: float) -> list[dict[
         }
         if state is not None:
             row.update(
-                last_scrape=_iso(state.last_at),
+                last_scrape=iso_utc(state.last_at),
                 last_scrape_age_seconds=round(now - state.last_at, 3),
                 result=state.last_result,
                 status=state.last_status,
@@ -191,23 +188,29 @@ def _node_rows(registry: Registry, scrapes: ScrapeLog, now: float) -> list[dict[
 
 
 def gateway_status(
-    registry: Registry, scrapes: ScrapeLog, *, started_at: float, version: str
+    registry: Registry,
+    scrapes: ScrapeLog,
+    *,
+    started_at: float,
+    version: str,
+    refusals: Refusals | None = None,
 ) -> dict[str, Any]:
     """The ``/api/v1/status`` document."""
     now = scrapes.clock()
     errors = [
-        {"reason": reason, "count": t.count, "last_at": _iso(t.last_at), "last_node": t.last_node,
-         "last_detail": t.last_detail}
+        {"reason": reason, "count": t.count, "last_at": iso_utc(t.last_at),
+         "last_node": t.last_node, "last_detail": t.last_detail}
         for reason, t in sorted(scrapes.errors.items(), key=lambda kv: -kv[1].last_at)
     ]  # fmt: skip
     return {
         "gateway": {
             "version": version,
-            "now": _iso(now),
+            "now": iso_utc(now),
             "uptime_seconds": round(now - started_at, 3),
         },
         "agents": _agent_rows(registry, now),
         "nodes": _node_rows(registry, scrapes, now),
         "errors": errors,
         "recent_errors": list(scrapes.recent),
+        "handshake_refusals": refusals.to_json() if refusals is not None else [],
     }

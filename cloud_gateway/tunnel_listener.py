@@ -11,6 +11,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from cloud_gateway.refusals import Refusals
 from cloud_gateway.registry import AgentSession, Registry, check_registration_bounded
 from cloud_gateway.websocket_listener import WebSocketServer
 from raven.config.gateway import AuthorisedAgent, WebSocketConfig
@@ -77,6 +78,8 @@ class TunnelListener:
         self.metrics = metrics
         self.replay_guard = ReplayGuard(live=self._has_session)
         self.rate = RateLimiter(rate_per_s=handshake_rate_per_s, burst=handshake_burst)
+        #: recent refusals per address and reason, for the status page and raven status
+        self.refusals = Refusals()
         #: connections still in their handshake, over all sources, at most
         self.max_half_open = max_half_open
         #: handshakes in progress above which initiations must carry a cookie (0: always)
@@ -177,6 +180,7 @@ class TunnelListener:
                 tunnel.conn.set_source_address(ipaddress.ip_address(host.strip("[]")).packed)
             return True
         self.metrics.handshakes.labels("rate_limited").inc()
+        self.refusals.refused(host, "rate_limited")
         self.log_throttle.log(
             log,
             logging.WARNING,
@@ -272,6 +276,7 @@ class TunnelListener:
         session = self.registry.add(agent, tunnel)
         session.connected_since = pending.connected_since
         session.registered = True
+        self.refusals.authenticated(tunnel.peer.rsplit(":", 1)[0], session.agent.name)
         self._sessions[tunnel] = session
         self.metrics.live.tunnel_up(agent.name, tunnel)
         log.info(
@@ -299,6 +304,7 @@ class TunnelListener:
                 # authentication (free text, never a label value)
                 label = event.reason if event.reason in _UNAUTHENTICATED else BAD_RECORD_REASON
                 self.metrics.handshakes.labels(label).inc()
+                self.refusals.refused(tunnel.peer.rsplit(":", 1)[0], label)
                 self.log_throttle.log(
                     log,
                     logging.WARNING,

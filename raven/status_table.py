@@ -94,6 +94,13 @@ def errors_table(errors: list[dict[str, Any]]) -> str:
     return table(["REASON", "COUNT", "LAST", "NODE", "DETAIL"], rows, right={1})
 
 
+def refusals_table(refusals: list[dict[str, Any]]) -> str:
+    """Refused handshakes beside the site each probably belongs to (its last good address)."""
+    rows = [[r.get("site") or "unmatched", r["peer"], r["words"], r["reason"], str(r["count"]),
+             r["last_at"]] for r in refusals]  # fmt: skip
+    return table(["PROBABLE SITE", "PEER", "WHY", "CODE", "COUNT", "LAST"], rows, right={4})
+
+
 def backfill_table(agents: list[dict[str, Any]]) -> str:
     """One line per site whose agent has backfilled through this gateway (docs/backfill.md)."""
     rows = []
@@ -130,6 +137,10 @@ def render_status(data: dict[str, Any]) -> str:
         "\n",
         errors_table(errors) if errors else "no errors\n",
     ]
+    refusals = data.get("handshake_refusals") or []
+    if refusals:
+        out += ["\nrefused handshakes (docs/troubleshooting.md, \"Handshake failures\")\n",
+                refusals_table(refusals)]  # fmt: skip
     backfill = backfill_table(agents)
     if backfill:
         out += ["\nbackfill (samples an agent stored while its tunnel was down)\n", backfill]

@@ -8,13 +8,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from cloud_gateway.app import GatewayApp
+from raven import keys
 from raven.demo.runner import Demo
 from raven.demo.topology import build_topology
+from raven.protocol.connection import TunnelConnection
+from raven.protocol.limits import Limits
+from raven.protocol.secure_channel import Role
 from tests.helpers import KeyPair, gateway_config
 from tests.helpers.cdp import Browser, chromium_binary
 
@@ -24,6 +29,19 @@ def rows_when(table: str, predicate: str) -> str:
     (over ``r``, the row texts) holds, else false."""
     rows = f"[...document.querySelectorAll('#{table} tbody tr')].map(row => row.innerText)"
     return f"(r => ({predicate}) && r)({rows})"
+
+
+async def handshake_with_a_wrong_gateway_key(host: str, port: int) -> None:
+    """What an agent whose gateway_public_key is not the gateway's sends: an initiation the
+    gateway refuses (bad_mac1) without an answer."""
+    conn = TunnelConnection(role=Role.INITIATOR, static_private=keys.generate_private_key(),
+                            remote_static=keys.public_key(keys.generate_private_key()),
+                            limits=Limits(), now=time.monotonic(),
+                            wall_time_ns=time.time_ns())  # fmt: skip
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(conn.data_to_send())
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
+    writer.close()
 
 
 @pytest.mark.integration
@@ -59,6 +77,23 @@ async def test_status_page_shows_the_demo_and_follows_an_agent_stopping(tmp_path
         )
         summary = await browser.evaluate("document.getElementById('summary').innerText")
         assert summary.startswith("1 of 2 agents up, 2 of 4 nodes reachable")
+
+        # an agent configured with a wrong gateway public key: named, in words, beside the
+        # site that last had a good tunnel from that address (both demo agents used 127.0.0.1)
+        await handshake_with_a_wrong_gateway_key(demo.topology.host, demo.tunnel_port)
+        refusals = await browser.wait_for(
+            rows_when("refusals", "r.some(t => t.includes('bad_mac1'))")
+        )
+        (row,) = refusals
+        site, peer, why, code, count, _last = row.split("\t")
+        assert site in ("site-a", "site-b") and peer == demo.topology.host and code == "bad_mac1"
+        assert why.startswith("wrong gateway public key") and count == "1"
+        url = f"http://{demo.topology.host}:{demo.admin_port}"
+        shown = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "raven.cli", "status", "-g", url],
+            capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert shown.returncode == 3  # site-b is down
+        assert "refused handshakes" in shown.stdout and "wrong gateway public key" in shown.stdout
         assert browser.errors == []
         await browser.evaluate("console.error('probe')")  # the error capture itself works
         for _ in range(200):  # the console event arrives on its own, after the call's answer
