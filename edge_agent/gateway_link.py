@@ -285,12 +285,9 @@ class GatewayLink:
                 # the gateway may have stopped accepting the suite it accepted last time: the
                 # next attempt starts from the default
                 self.peer_suites = None
-                # the gateway answers nothing useful on purpose; say what it can mean
+                # the gateway answers nothing useful on purpose; say what it most likely means
                 raise ConnectionError(
-                    f"{exc}: handshake got no answer (gateway_public_key wrong, this agent's key"
-                    " not authorised, clock went backwards, handshakes rate limited, or a suite it"
-                    f" does not accept: this agent offered {offered.label}; see the"
-                    " gateway's raven_handshakes_total)"
+                    f"{exc}: {handshake_refusal_hint(exc, offered.label)}"
                 ) from None
         self.metrics.handshakes.labels("ok").inc()
         self.peer_suites = conn.peer_suites
@@ -395,3 +392,22 @@ class GatewayLink:
             self.metrics.stream_resets.labels(event.code.label).inc()
         elif isinstance(event, ev.CookieReplied):
             self.metrics.cookie_replies.inc()
+
+
+def handshake_refusal_hint(exc: BaseException, offered: str) -> str:
+    """What an unanswered handshake most likely means. A gateway that accepted the TCP
+    connection and closed it right after our initiation refused it: the usual cause is a
+    gateway_public_key that is not that gateway's (refused before any DH, ``bad_mac1``),
+    then this agent's key not being authorised there (``unknown_key``)."""
+    if "peer closed" in str(exc):
+        return (
+            "the gateway closed the connection after our handshake without answering: most"
+            " likely gateway_public_key is not this gateway's key (compare it with `raven"
+            " pubkey < gateway.key` on the gateway), else this agent's key is not in the"
+            " gateway's agents[]; the gateway's status page and `raven status` name the reason"
+        )
+    return (
+        "handshake got no answer (gateway_public_key wrong, this agent's key not authorised,"
+        " clock went backwards, handshakes rate limited, or a suite it does not accept: this"
+        f" agent offered {offered}; the gateway's status page lists refused handshakes)"
+    )

@@ -78,6 +78,22 @@ async def test_wrong_gateway_key_gets_no_answer(site: Site, tmp_path: Path) -> N
     await assert_still_serving(site)
 
 
+async def test_an_agent_with_a_wrong_gateway_key_says_the_likely_cause(
+    site: Site, tmp_path: Path
+) -> None:
+    """The gateway answers nothing; the agent's error names the one likely cause (its
+    gateway_public_key) and how to check it, and the gateway lists the refusal in words."""
+    impostor = KeyPair(tmp_path, "impostor")
+    site.gw, real = impostor, site.gw  # the agent's config names the impostor's key
+    link = await site.start({"edge-echo-1": "127.0.0.1"}, [echo_port(site)])
+    site.gw = real
+    await wait_for(lambda: "most likely gateway_public_key" in link.last_error, "the hint")
+    assert "raven pubkey < gateway.key" in link.last_error
+    (refusal, *_) = site.listener.refusals.to_json()
+    assert refusal["reason"] == "bad_mac1" and refusal["site"] is None  # never had a tunnel
+    assert refusal["words"].startswith("wrong gateway public key")
+
+
 async def test_replayed_initiation_is_rejected(site: Site) -> None:
     await site.listener.start()
     assert site.listener.bound is not None
