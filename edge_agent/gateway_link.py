@@ -25,7 +25,7 @@ from raven.protocol.connection import TunnelConnection
 from raven.protocol.cookie import CookieJar
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
-from raven.protocol.suites import DEFAULT_SUITES, Suite, first_suite
+from raven.protocol.suites import DEFAULT_SUITE, DEFAULT_SUITES, Suite, first_suite
 from raven.transport.gateway_connect import GatewayTransport, TransportFailed, connect_tunnel
 from raven.transport.tunnel import StreamHandler, Tunnel
 
@@ -398,16 +398,24 @@ def handshake_refusal_hint(exc: BaseException, offered: str) -> str:
     """What an unanswered handshake most likely means. A gateway that accepted the TCP
     connection and closed it right after our initiation refused it: the usual cause is a
     gateway_public_key that is not that gateway's (refused before any DH, ``bad_mac1``),
-    then this agent's key not being authorised there (``unknown_key``)."""
-    if "peer closed" in str(exc):
+    then this agent's key not being authorised there (``unknown_key``); with a suite other
+    than the default offered, first that the gateway does not accept it."""
+    if "peer closed" not in str(exc):
         return (
-            "the gateway closed the connection after our handshake without answering: most"
-            " likely gateway_public_key is not this gateway's key (compare it with `raven"
-            " pubkey < gateway.key` on the gateway), else this agent's key is not in the"
-            " gateway's agents[]; the gateway's status page and `raven status` name the reason"
+            "handshake got no answer (gateway_public_key wrong, this agent's key not authorised,"
+            " clock went backwards, handshakes rate limited, or a suite it does not accept: this"
+            f" agent offered {offered}; the gateway's status page lists refused handshakes)"
         )
+    key = (
+        "gateway_public_key is not this gateway's key (compare it with `raven pubkey <"
+        " gateway.key` on the gateway)"
+    )
+    if offered != DEFAULT_SUITE.label:  # every gateway accepts the default suite
+        likely = f"the gateway does not accept the suite this agent offered {offered} (its" \
+            f" transport_suites), else {key}"  # fmt: skip
+    else:
+        likely = f"{key}, else this agent's key is not in the gateway's agents[]"
     return (
-        "handshake got no answer (gateway_public_key wrong, this agent's key not authorised,"
-        " clock went backwards, handshakes rate limited, or a suite it does not accept: this"
-        f" agent offered {offered}; the gateway's status page lists refused handshakes)"
+        "the gateway closed the connection after our handshake without answering: most likely"
+        f" {likely}; the gateway's status page and `raven status` name the reason"
     )
