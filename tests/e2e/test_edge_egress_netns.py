@@ -34,6 +34,7 @@ import yaml
 
 from tests.e2e.conftest import require_e2e
 from tests.e2e.netns import Lab, Netns, Proc, sh, veth, wait_until
+from tests.e2e.nginx import NGINX, start_nginx
 from tests.e2e.prometheus import Prometheus, static_job
 from tests.helpers import python_env, raven_cmd, write_key
 from tests.helpers.certs import make_ca
@@ -43,7 +44,6 @@ pytestmark = pytest.mark.e2e
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 PROMETHEUS = "/usr/bin/prometheus"
 SQUID = "/usr/sbin/squid"
-NGINX = "/usr/sbin/nginx"
 HTPASSWD = "/usr/bin/htpasswd"
 NCSA_AUTH = "/usr/lib/squid/basic_ncsa_auth"
 
@@ -117,26 +117,9 @@ def _tail(path: Path, lines: int = 20) -> str:
         return f"({exc})"
 
 
-def start_nginx(lab: Lab, cloud: Netns, cert: Path, key: Path) -> Proc:
+def start_ingress(lab: Lab, cloud: Netns, cert: Path, key: Path) -> Proc:
     """nginx as a TLS-terminating Ingress that forwards WebSocket upgrades."""
-    folder = lab.workdir / "nginx"
-    folder.mkdir()
-    conf = folder / "nginx.conf"
-    conf.write_text(f"""
-user root;
-worker_processes 1;
-daemon off;
-pid {folder}/nginx.pid;
-error_log stderr warn;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  client_body_temp_path {folder}/body;
-  proxy_temp_path {folder}/proxy;
-  fastcgi_temp_path {folder}/fastcgi;
-  uwsgi_temp_path {folder}/uwsgi;
-  scgi_temp_path {folder}/scgi;
-  server {{
+    server = f"""  server {{
     listen {INGRESS}:443 ssl;
     server_name {NAME};
     ssl_certificate {cert};
@@ -151,13 +134,8 @@ http {{
       proxy_read_timeout 60s;
       proxy_send_timeout 60s;
     }}
-  }}
-}}
-""")
-    argv = ["setpriv", "--pdeathsig", "TERM", NGINX, "-c", str(conf), "-p", str(folder)]
-    proc = lab.process(cloud, "nginx", argv)
-    cloud.wait_for_port(INGRESS, 443, timeout_s=30, proc=proc)
-    return proc
+  }}"""
+    return start_nginx(lab, cloud, server, host=INGRESS, port=443)
 
 
 @pytest.fixture
@@ -197,7 +175,7 @@ def net(lab: Lab) -> Iterator[Net]:
     gateway = lab.process(cloud, "gateway", argv, env=python_env())
     cloud.wait_for_http(GATEWAY, ADMIN_PORT, "/healthz", timeout_s=30, proc=gateway)
     start_squid(lab, dmz)
-    start_nginx(lab, cloud, cert, key)
+    start_ingress(lab, cloud, cert, key)
     exporter = lab.process(site, "node-exporter", [
         NODE_EXPORTER, "--web.listen-address=127.0.0.1:9100", "--collector.disable-defaults",
         "--collector.loadavg"])  # fmt: skip

@@ -24,13 +24,13 @@ import pytest
 import yaml
 
 from tests.e2e.netns import Lab, Netns, wait_until
+from tests.e2e.nginx import NGINX, start_nginx
 from tests.e2e.prometheus import PROMETHEUS_BIN, Prometheus
 from tests.helpers import python_env, write_key
 from tests.helpers.certs import make_ca
 
 pytestmark = pytest.mark.e2e
 
-NGINX = "/usr/sbin/nginx"
 VICTORIA = "/usr/bin/victoria-metrics"
 NAME = "receiver.test"
 PROM_PORT, VM_PORT, TLS_PORT = 9090, 8428, 8443
@@ -59,23 +59,9 @@ asyncio.run(main())
 """
 
 
-def start_nginx(lab: Lab, ns: Netns, cert: Path, key: Path) -> None:
-    folder = lab.workdir / "nginx"
-    folder.mkdir()
-    temp = "\n".join(f"  {k}_temp_path {folder}/{k};" for k in
-                     ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))  # fmt: skip
-    conf = folder / "nginx.conf"
-    conf.write_text(f"""
-user root;
-worker_processes 1;
-daemon off;
-pid {folder}/nginx.pid;
-error_log stderr warn;
-events {{ worker_connections 64; }}
-http {{
-  access_log off;
-{temp}
-  server {{
+def start_receivers_proxy(lab: Lab, ns: Netns, cert: Path, key: Path) -> None:
+    """nginx in front of both receivers: TLS, a bearer token, a tenant header for one."""
+    server = f"""  server {{
     listen 127.0.0.1:{TLS_PORT} ssl;
     server_name {NAME};
     ssl_certificate {cert};
@@ -89,12 +75,8 @@ http {{
       if ($http_x_scope_orgid != "tenant-a") {{ return 403 "no tenant\\n"; }}
       proxy_pass http://127.0.0.1:{VM_PORT}/;
     }}
-  }}
-}}
-""")
-    proc = lab.process(ns, "nginx", ["setpriv", "--pdeathsig", "TERM", NGINX, "-c", str(conf),
-                                     "-p", str(folder)])  # fmt: skip
-    ns.wait_for_port("127.0.0.1", TLS_PORT, timeout_s=30, proc=proc)
+  }}"""
+    start_nginx(lab, ns, server, host="127.0.0.1", port=TLS_PORT)
 
 
 def gateway_file(lab: Lab, name: str, path: str, ca: Path, token: Path) -> Path:
@@ -151,7 +133,7 @@ def test_authenticated_receivers_prometheus_and_victoriametrics(lab: Lab) -> Non
         f"-httpListenAddr=127.0.0.1:{VM_PORT}", "-search.disableCache",
         "-search.latencyOffset=1s", "-loggerLevel=WARN"])  # fmt: skip
     ns.wait_for_http("127.0.0.1", VM_PORT, "/health", timeout_s=30, proc=vm)
-    start_nginx(lab, ns, cert, key)
+    start_receivers_proxy(lab, ns, cert, key)
     token = lab.workdir / "token"
     token.write_text("wrong-token\n")
     base = int(time.time() * 1000) - 120_000
