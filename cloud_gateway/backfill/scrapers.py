@@ -1,7 +1,7 @@
 """Who scrapes what through this gateway: the scrapers backfill is written for.
 
-Every request the proxy relays while backfill is on is noted here (the client's address, the
-node and port) and tells the agent its scraper (``X-Raven-Scraper``), so the agent learns and
+Every request the proxy relays while backfill is on is noted here (the client's address) and
+tells the agent its scraper (``X-Raven-Scraper``), so the agent learns and
 fills each Prometheus replica's scrapes on their own. Backfilled scrapes come back named by
 that address; this book says where they may go:
 
@@ -13,7 +13,8 @@ that address; this book says where they may go:
   TTL: a one-off client, a curl, is never learned by an agent and never primary), so an HA
   pair's two copies do not land twice in the same series.
 
-Bounded: at most ``max_entries`` (scraper, node, port) entries, the least recently seen go.
+Bounded: at most ``max_entries`` scrapers seen and ``max_entries`` (scraper, node, port)
+entries backfilled; the least recently touched go.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TypeVar
+
+from raven.backfill.wire import scraper_name
 
 __all__ = ["ScraperBook", "address_order"]
 
@@ -41,15 +45,16 @@ class ScraperBook:
         self.max_entries = max_entries
         self.clock = clock
         self.started = clock()
-        self._seen: OrderedDict[tuple[str, str, int], float] = OrderedDict()
+        #: address -> when it last scraped through this gateway
+        self._seen: OrderedDict[str, float] = OrderedDict()
         self._backfilled: OrderedDict[tuple[str, str, int], float] = OrderedDict()
 
-    def note(self, scraper: str, node: str, port: int, mode: str) -> str:
-        """``scraper`` (an address) requested ``node:port`` now, addressing it in ``mode``;
-        the header value that names it to the agent: ``<address>/<mode>`` (two jobs of one
-        Prometheus in two modes are two scrapers)."""
-        _touch(self._seen, (scraper, node, port), self.clock(), self.max_entries)
-        return f"{scraper}/{mode}"
+    def note(self, scraper: str, mode: str) -> str:
+        """``scraper`` (an address) requested a target now, addressing it in ``mode``; the
+        header value that names it to the agent (:func:`raven.backfill.wire.scraper_name`:
+        two jobs of one Prometheus in two modes are two scrapers)."""
+        _touch(self._seen, scraper, self.clock(), self.max_entries)
+        return scraper_name(scraper, mode)
 
     def note_backfill(self, scraper: str, node: str, port: int) -> None:
         """An agent backfilled ``scraper``'s scrapes of ``node:port`` (it learned them)."""
@@ -57,8 +62,8 @@ class ScraperBook:
 
     def known(self, scraper: str) -> bool:
         """Did ``scraper`` scrape anything through this gateway within the TTL?"""
-        now = self.clock()
-        return any(k[0] == scraper and now - at <= self.ttl_s for k, at in self._seen.items())
+        at = self._seen.get(scraper)
+        return at is not None and self.clock() - at <= self.ttl_s
 
     def settled(self) -> bool:
         """True once this gateway has run for a TTL: a scraper unknown now is gone, not yet
@@ -73,12 +78,10 @@ class ScraperBook:
         return min(scrapers, key=address_order) if scrapers else None
 
 
-def _touch(
-    entries: OrderedDict[tuple[str, str, int], float],
-    key: tuple[str, str, int],
-    now: float,
-    bound: int,
-) -> None:
+_K = TypeVar("_K")
+
+
+def _touch(entries: OrderedDict[_K, float], key: _K, now: float, bound: int) -> None:
     entries[key] = now
     entries.move_to_end(key)
     while len(entries) > bound:

@@ -89,11 +89,7 @@ class Exchange:
         self.sent_early = False
         self.relay: ResponseRelay | None = None
         #: the scraper named to the agent while backfill is on (the client's address)
-        self.scraper = (
-            ctx.scrapers.note(client.client, target.node, target.port, target.mode.value)
-            if ctx.scrapers
-            else None
-        )
+        self.scraper = ctx.scrapers.note(client.client, target.mode.value) if ctx.scrapers else None
 
     @property
     def started(self) -> bool:

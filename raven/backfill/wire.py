@@ -41,6 +41,11 @@ class WireError(Exception):
 MAX_SCRAPER_CHARS = 64
 
 
+def scraper_name(address: str, mode: str) -> str:
+    """The name the gateway gives a scraper (``X-Raven-Scraper``): ``<address>/<mode>``."""
+    return f"{address}/{mode}"
+
+
 def scraper_address(scraper: str) -> str:
     """The scraping client's address in a scraper name (``<address>/<mode>``)."""
     return scraper.partition("/")[0]

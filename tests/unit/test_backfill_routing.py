@@ -43,25 +43,26 @@ def test_the_proxy_names_the_scraper_and_drops_a_forged_name() -> None:
 def test_the_book_is_bounded_forgets_and_picks_a_primary() -> None:
     now = [0.0]
     scrapers = book(now)
-    assert scrapers.note(PROM_1, "edge-gpu-1", 9400, "forward") == f"{PROM_1}/forward"
-    scrapers.note(PROM_0, "edge-gpu-1", 9400, "forward")
+    assert scrapers.note(PROM_1, "forward") == f"{PROM_1}/forward"
+    scrapers.note(PROM_0, "forward")
     scrapers.note_backfill(PROM_1, "edge-gpu-1", 9400)
     scrapers.note_backfill(PROM_0, "edge-gpu-1", 9400)
     assert scrapers.primary("edge-gpu-1", 9400) == PROM_0 and scrapers.known(PROM_1)
     assert not scrapers.settled()
-    for i in range(8):  # the oldest entries go past the bound
-        scrapers.note(OTHER, f"edge-gpu-{i + 2}", 9400, "dns")
+    others = [f"10.9.9.{i}" for i in range(8)]
+    for i, other in enumerate(others):  # the oldest entries go past the bound
+        scrapers.note(other, "dns")
         scrapers.note_backfill(OTHER, f"edge-gpu-{i + 2}", 9400)
     assert not scrapers.known(PROM_1) and scrapers.primary("edge-gpu-1", 9400) is None
     now[0] = 101.0
-    assert not scrapers.known(OTHER) and scrapers.settled()  # not seen for the TTL: gone
+    assert not scrapers.known(others[-1]) and scrapers.settled()  # not seen for the TTL: gone
 
 
 def test_per_scraper_each_replica_gets_its_own() -> None:
     now = [0.0]
     scrapers = book(now)
-    scrapers.note(PROM_0, "edge-gpu-1", 9400, "forward")
-    scrapers.note("fd00::7", "edge-gpu-1", 9400, "dns")
+    scrapers.note(PROM_0, "forward")
+    scrapers.note("fd00::7", "dns")
     routes = route([scrape(PROM_0), scrape("fd00::7"), scrape("")], PER_SCRAPER, TEMPLATE, scrapers)
     got = {u: len(s) for u, s in routes.by_url.items()}
     assert got == {"http://10.42.0.7:9090/api/v1/write": 1, "http://[fd00::7]:9090/api/v1/write": 1}
@@ -82,7 +83,7 @@ def test_shared_one_copy_of_an_ha_pair() -> None:
     now = [0.0]
     scrapers = book(now)
     url = "http://thanos-receive:19291/api/v1/receive"
-    scrapers.note("127.0.0.1", "edge-gpu-1", 9400, "forward")  # a curl: never backfilled
+    scrapers.note("127.0.0.1", "forward")  # a curl: never backfilled
     both = [scrape(PROM_1), scrape(PROM_0), scrape(PROM_1, ts=2000), scrape("", node="edge-gpu-2")]
     routes = route(both, SHARED, url, scrapers)  # the lowest address of those backfilled
     assert [s.scraper for s in routes.by_url[url]] == [f"{PROM_0}/forward", ""]
