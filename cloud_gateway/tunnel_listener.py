@@ -174,7 +174,7 @@ class TunnelListener:
                                   "too many handshakes in progress, closing peer=%s limit=%d",
                                   tunnel.peer, self.max_half_open)  # fmt: skip
             return False
-        host = tunnel.peer.rsplit(":", 1)[0]
+        host = _peer_host(tunnel)
         if self.rate.allow(host, time.monotonic()):
             with contextlib.suppress(ValueError):  # no peer address: cookies bind to b""
                 tunnel.conn.set_source_address(ipaddress.ip_address(host.strip("[]")).packed)
@@ -276,7 +276,7 @@ class TunnelListener:
         session = self.registry.add(agent, tunnel)
         session.connected_since = pending.connected_since
         session.registered = True
-        self.refusals.authenticated(tunnel.peer.rsplit(":", 1)[0], session.agent.name)
+        self.refusals.authenticated(_peer_host(tunnel), session.agent.name)
         self._sessions[tunnel] = session
         self.metrics.live.tunnel_up(agent.name, tunnel)
         log.info(
@@ -304,7 +304,7 @@ class TunnelListener:
                 # authentication (free text, never a label value)
                 label = event.reason if event.reason in _UNAUTHENTICATED else BAD_RECORD_REASON
                 self.metrics.handshakes.labels(label).inc()
-                self.refusals.refused(tunnel.peer.rsplit(":", 1)[0], label)
+                self.refusals.refused(_peer_host(tunnel), label)
                 self.log_throttle.log(
                     log,
                     logging.WARNING,
@@ -377,3 +377,8 @@ class TunnelListener:
             await self.websocket.wait_closed()
         if self._deadlines is not None:
             self._deadlines.close()
+
+
+def _peer_host(tunnel: Tunnel) -> str:
+    """The tunnel's peer address without its port (an IPv6 one keeps its brackets)."""
+    return tunnel.peer.rsplit(":", 1)[0]

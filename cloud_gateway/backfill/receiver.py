@@ -142,13 +142,16 @@ class BackfillReceiver:
             self._writers[config.remote_write_url] = writer
         #: per receiver URL: wall time before which it asked not to be written to (Retry-After)
         self._not_before: dict[str, float] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def _writer(self, url: str) -> RemoteWriter:
         writer = self._writers.get(url)
         if writer is None:
             while len(self._writers) >= MAX_RECEIVERS:  # the oldest replica's writer goes
                 gone = self._writers.pop(next(iter(self._writers)))
-                asyncio.get_running_loop().create_task(gone.close())
+                closing = asyncio.get_running_loop().create_task(gone.close())
+                self._closing.add(closing)  # held until done (the loop keeps weak references)
+                closing.add_done_callback(self._closing.discard)
             writer = RemoteWriter(url, self.config.timeout_s, self.config.remote_write)
             self._writers[url] = writer
         return writer

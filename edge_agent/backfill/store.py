@@ -110,8 +110,9 @@ class BufferStore:
         self.db.executescript(_SCHEMA)
         self.dropped: dict[str, int] = {"cap": 0, "age": 0, "corrupt": 0}
         self._target_ids: dict[TargetKey, int] = {}
-        for tid, *key in self.db.execute("SELECT id, node, port, path, scraper FROM targets"):
-            self._target_ids[(key[0], key[1], key[2], key[3])] = tid
+        rows = self.db.execute("SELECT id, node, port, path, scraper FROM targets")
+        for tid, node, port, tpath, scraper in rows:
+            self._target_ids[(node, port, tpath, scraper)] = tid
         self.totals = self._load_totals()
         #: (last row id, when taken in ms) of the batch being sent: the size cap drops rows
         #: after it, so a row is never both delivered and counted as dropped

@@ -138,9 +138,7 @@ class FrameReader:
             while (frame := self._next_frame(src, pos)) is not None:
                 opcode, start, end = frame
                 if self._masked:
-                    unmasked = bytearray(view[start:end])
-                    MASKER.impl(bytes(view[start - 4 : start]), unmasked)
-                    payload = bytes(unmasked)
+                    payload = bytes(mask_bytes(bytes(view[start - 4 : start]), view[start:end]))
                 else:
                     payload = view[start:end].tobytes()
                 pos = end
