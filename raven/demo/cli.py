@@ -26,8 +26,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--base-port",
         type=int,
         default=None,
-        help="tunnel port; proxy is +2, admin +3 (default: 10262 for the live demo, "
-        "free ports for --check; 0 for free ports)",
+        help="tunnel port; proxy is +2, admin +3, the Prometheus link +4 (default: 10262 for "
+        "the live demo, free ports for --check; 0 for free ports)",
     )
     p.add_argument(
         "--no-prometheus",

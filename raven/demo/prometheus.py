@@ -106,9 +106,10 @@ class DemoPrometheus:
     def url(self) -> str:
         return f"http://{self.setup.host}:{self.port}"
 
-    def graph_url(self) -> str:
+    def graph_url(self, range_input: str = "5m") -> str:
+        """The GPU utilisation graph over the last ``range_input`` (a Prometheus duration)."""
         query = GPU_QUERY if self.setup.dns else PROXY_GPU_QUERY
-        params = {"g0.expr": query, "g0.tab": "0", "g0.range_input": "15m"}
+        params = {"g0.expr": query, "g0.tab": "0", "g0.range_input": range_input}
         return f"{self.url}/graph?{urllib.parse.urlencode(params)}"
 
     def command(self, binary: str, hosts_entries: str) -> list[str]:

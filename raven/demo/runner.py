@@ -31,6 +31,7 @@ from raven.demo.prometheus import (
     namespaces_work,
     prometheus_binary,
 )
+from raven.demo.shortlink import ShortLink
 from raven.demo.topology import DemoNode, Topology
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,12 @@ class Demo:
         self.prometheus: DemoPrometheus | None = None
         self.prometheus_note = ""
         self.portmap: PortMap | None = None
+        self.shortlink: ShortLink | None = None
+        self.started_at = time.monotonic()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        self.started_at = time.monotonic()
         for node in self.topology.nodes:
             self.exporters.append(await start_embedded_exporter(node.exporter, interval_s=2.0))
         self.gateway = GatewayApp(self.topology.gateway_config())
@@ -128,6 +132,12 @@ class Demo:
         assert self.session is not None
         if not await prom.wait_ready(self.session):
             self.prometheus_note = f"Prometheus did not start: {prom.log_tail()}"
+            return
+        self.shortlink = ShortLink(prom.graph_url, started=self.started_at)
+        try:
+            await self.shortlink.start(topo.host, topo.ports.get("link", 0))
+        except OSError:  # the fixed port is taken: any free one will do
+            await self.shortlink.start(topo.host, 0)
 
     async def wait_hosts_file(self, timeout_s: float = 15.0) -> bool:
         """Wait until the hosts generator's file lists every node."""
@@ -138,6 +148,8 @@ class Demo:
         return set(self.hosts_entries()) == names
 
     async def stop(self) -> None:
+        if self.shortlink is not None:
+            await self.shortlink.stop()
         if self.prometheus is not None:
             await self.prometheus.stop()
         if self.portmap is not None:

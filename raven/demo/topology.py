@@ -108,7 +108,12 @@ def build_topology(
             nodes.append(DemoNode(site, f"{site}-gpu-{i}", f"127.0.{10 * (s + 1)}.{i}", gpu_port))
     ports = {}
     if base_port is not None:
-        ports = {"tunnel": base_port, "proxy": base_port + 2, "admin": base_port + 3}
+        ports = {
+            "tunnel": base_port,
+            "proxy": base_port + 2,
+            "admin": base_port + 3,
+            "link": base_port + 4,
+        }
     return Topology(workdir, gw_key, agent_keys, nodes, ports=ports, gpu_port=gpu_port)
 
 

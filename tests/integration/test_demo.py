@@ -102,6 +102,7 @@ def test_demo_view_refreshes_in_place_on_a_terminal() -> None:
     text = out.decode(errors="replace")
     assert text.count("\x1b[H\x1b[J") >= 2  # each frame redraws from the top
     frame = text.rsplit("\x1b[H\x1b[J", 1)[1]
-    assert frame.startswith("Open in a browser:")
-    assert "Gateway status page:" in frame
+    assert frame.startswith("Raven demo ")
+    assert "Gateway status page:" in frame and "\nTry:\r\n" in frame
     assert " ms " in frame.split("site-a  up", 1)[1].splitlines()[0]  # RTT in ms, sub-ms digits
+    assert not frame.endswith("\n")  # the last line never scrolls the screen
