@@ -17,7 +17,7 @@ from cloud_gateway.websocket_listener import WebSocketServer
 from raven.config.gateway import AuthorisedAgent, WebSocketConfig
 from raven.hostport import parse_hostport
 from raven.keys import key_id
-from raven.logs import fields
+from raven.logs import doc_link, fields
 from raven.logthrottle import LogThrottle
 from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
@@ -170,9 +170,12 @@ class TunnelListener:
         before reading a byte (the handshake's DH is the expensive part)."""
         if self._half_open() > self.max_half_open:
             self.metrics.handshakes.labels("overloaded").inc()
-            self.log_throttle.log(log, logging.WARNING, "handshakes overloaded",
-                                  "too many handshakes in progress, closing peer=%s limit=%d",
-                                  tunnel.peer, self.max_half_open)  # fmt: skip
+            self.log_throttle.log(
+                log, logging.WARNING, "handshakes overloaded",
+                "too many handshakes in progress, closing",
+                extra=fields(peer=tunnel.peer, limit=self.max_half_open, reason="overloaded",
+                             doc=doc_link("handshake", "overloaded")),
+            )  # fmt: skip
             return False
         host = _peer_host(tunnel)
         if self.rate.allow(host, time.monotonic()):
@@ -185,9 +188,10 @@ class TunnelListener:
             log,
             logging.WARNING,
             "handshake rate limited",
-            "handshake rate limited peer=%s",
-            tunnel.peer,
-        )
+            "handshake rate limited",
+            extra=fields(peer=tunnel.peer, reason="rate_limited",
+                         doc=doc_link("handshake", "rate_limited")),
+        )  # fmt: skip
         return False
 
     def _on_event(self, tunnel: Tunnel, event: ev.Event) -> None:
@@ -310,7 +314,9 @@ class TunnelListener:
                     logging.WARNING,
                     f"handshake rejected {label}",
                     "handshake rejected",
-                    extra=fields(peer=tunnel.peer, reason=event.reason),
+                    extra=fields(
+                        peer=tunnel.peer, reason=event.reason, doc=doc_link("handshake", label)
+                    ),
                 )
             elif event.code is not CloseCode.LIMIT_EXCEEDED:
                 self.metrics.handshakes.labels("failed").inc()
@@ -319,7 +325,9 @@ class TunnelListener:
                     logging.INFO,
                     "handshake failed",
                     "handshake failed",
-                    extra=fields(peer=tunnel.peer, reason=event.reason),
+                    extra=fields(
+                        peer=tunnel.peer, reason=event.reason, doc=doc_link("handshake", "failed")
+                    ),
                 )
             return
         if not session.registered:  # e.g. an agent that already holds this replica
@@ -341,6 +349,7 @@ class TunnelListener:
                 peer=tunnel.peer,
                 code=event.code.label,
                 reason=event.reason,
+                doc=doc_link("close", event.code.label),
                 duration_s=round(time.time() - session.connected_since, 3),
             ),
         )

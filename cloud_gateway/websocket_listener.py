@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from raven.config.gateway import WebSocketConfig
 from raven.hostport import parse_hostport
-from raven.logs import fields
+from raven.logs import doc_link, fields
 from raven.logthrottle import LogThrottle
 from raven.protocol import tunnel_http as th
 from raven.transport.gateway_connect import WEBSOCKET_SUBPROTOCOL
@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from raven.transport.tunnel import Tunnel
 
 log = logging.getLogger(__name__)
+
+#: Why an upgrade was refused: the ``reason`` of the log line, each with its row in
+#: docs/troubleshooting.md ("WebSocket upgrade refusals").
+REFUSALS = ("bad_request", "not_upgrade", "draining", "timeout")
 
 
 class _Upgrade(asyncio.Protocol):
@@ -170,7 +174,7 @@ class WebSocketServer:
             logging.WARNING,
             f"websocket refused {label}",
             "websocket upgrade refused",
-            extra=fields(peer=peer, reason=reason),
+            extra=fields(peer=peer, reason=label, detail=reason, doc=doc_link("websocket", label)),
         )
 
     def stop_accepting(self) -> None:

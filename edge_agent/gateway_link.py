@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from raven.backoff import backoff_delay
-from raven.logs import fields
+from raven.logs import doc_link, fields
 from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode
@@ -314,7 +314,12 @@ class GatewayLink:
         self.last_error = f"{closed.code.label}: {closed.reason}"
         (log.info if self._stopping else log.warning)(
             "tunnel down",
-            extra=fields(gateway=self.label, code=closed.code.label, reason=closed.reason),
+            extra=fields(
+                gateway=self.label,
+                code=closed.code.label,
+                reason=closed.reason,
+                doc=doc_link("close", closed.code.label),
+            ),
         )
 
     async def _open(self, tunnel: Tunnel) -> None:

@@ -31,6 +31,21 @@ def fields(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+#: Where every reason code a log line carries is explained: one table row per code.
+TROUBLESHOOTING_DOC = "docs/troubleshooting.md"
+#: Its tables of codes; the row of ``code`` in table ``t`` has the anchor ``t-code``.
+REASON_TABLES = ("proxy", "handshake", "close", "websocket", "backfill")
+
+
+def doc_link(table: str, code: str) -> str:
+    """The ``doc=`` field of a log line with a reason code: the one line of
+    docs/troubleshooting.md that says what it means and what to do
+    (``docs/troubleshooting.md#handshake-bad_mac1``)."""
+    if table not in REASON_TABLES:
+        raise ValueError(f"no troubleshooting table {table!r}")
+    return f"{TROUBLESHOOTING_DOC}#{table}-{code}"
+
+
 def _extra(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
 

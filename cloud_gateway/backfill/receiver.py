@@ -35,6 +35,7 @@ from raven.backfill.wire import (
     unpack,
 )
 from raven.config.backfill import GatewayBackfillConfig
+from raven.logs import doc_link, fields
 from raven.protocol.codes import StreamCode
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel import TunnelStream
@@ -49,6 +50,11 @@ MAX_RECEIVERS = 16
 
 def _decode(body: bytes) -> Batch:
     return decode_batch(unpack(body))
+
+
+#: Drops an operator must act on: logged (with their line of docs/troubleshooting.md), not only
+#: counted. Too old samples and a full buffer are the backfill working as configured.
+LOGGED_DROPS = ("unauthorised", "no_job", "future", "no_scraper", "scraper_gone")
 
 
 class BackfillMetrics:
@@ -249,9 +255,10 @@ class BackfillReceiver:
         for reason, n in dropped.items():
             self.metrics.samples.labels(agent, reason).inc(n)
             status.dropped[reason] = status.dropped.get(reason, 0) + n
-            if reason in ("unauthorised", "no_job", "future", "no_scraper", "scraper_gone"):
-                log.warning("backfill samples dropped agent=%s reason=%s samples=%d",
-                            agent, reason, n)  # fmt: skip
+            if reason in LOGGED_DROPS:
+                log.warning("backfill samples dropped",
+                            extra=fields(agent=agent, reason=reason, samples=n,
+                                         doc=doc_link("backfill", reason)))  # fmt: skip
 
     async def write_series(self, agent: str, series: list[Series], url: str = "") -> Ack | None:
         """Write to the receiver at ``url`` (the shared one by default); None when it

@@ -17,7 +17,7 @@ from cloud_gateway.proxy.penalty import RefusalPenalty
 from cloud_gateway.proxy.stream_pool import StreamPool
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
-from raven.logs import fields
+from raven.logs import doc_link, fields
 from raven.logthrottle import LogThrottle
 from raven.transport.stream import StreamOpener
 
@@ -138,7 +138,8 @@ class ProxyContext:
         self.scrapes.failed(node, kind.value, kind.status if code is None else code, exc.detail)
         self.metrics.request(mode, kind.status if code is None else code)
         extra = fields(reason=kind.value, status=kind.status, mode=mode, node=node or None,
-                       peer=peer, detail=exc.detail or None)  # fmt: skip
+                       peer=peer, detail=exc.detail or None,
+                       doc=doc_link("proxy", kind.value))  # fmt: skip
         if kind.client_fault:
             key = f"proxy error {kind.value}"
             self.log_throttle.log(log, logging.INFO, key, "proxy error", extra=extra)

@@ -1,5 +1,6 @@
 """The processes log with real fields: the gateway's tunnel lines carry site, agent_key and
-peer; `--log-format json` gives one JSON object per line."""
+peer, and a reason code its ``doc=`` line of docs/troubleshooting.md; `--log-format json` gives
+one JSON object per line."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ async def test_gateway_tunnel_lines_have_site_and_key_fields(
     await demo.start()
     try:
         assert await demo.wait_registered()
+        assert demo.session is not None
+        url = f"http://{demo.topology.host}:{demo.proxy_port}/proxy/no-such-node:9400/metrics"
+        async with demo.session.get(url) as resp:
+            assert resp.status == 404
     finally:
         await demo.stop()
     up = [r for r in caplog.records if r.getMessage() == "tunnel up" and hasattr(r, "site")]
@@ -37,6 +42,11 @@ async def test_gateway_tunnel_lines_have_site_and_key_fields(
     assert up[0].__dict__["agent_key"] == key_id(config.agents[0].public_key)
     down = [r for r in caplog.records if r.getMessage() == "tunnel down" and hasattr(r, "site")]
     assert down and isinstance(down[0].__dict__["duration_s"], float)
+    # every reason code links to its one line of docs/troubleshooting.md
+    assert down[0].__dict__["doc"] == f"docs/troubleshooting.md#close-{down[0].__dict__['code']}"
+    refused = [r for r in caplog.records if r.getMessage() == "proxy error"]
+    assert refused and refused[0].__dict__["reason"] == "unknown_node"
+    assert refused[0].__dict__["doc"] == "docs/troubleshooting.md#proxy-unknown_node"
 
 
 @pytest.mark.integration
