@@ -289,6 +289,24 @@ class TunnelListener:
         )
         return session
 
+    def _unauthenticated_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
+        """A tunnel that never authenticated closed: one line, a metric, no answer given."""
+        if event.code is CloseCode.AUTH_FAILED:
+            # a rejection's reason is a label; anything else is a record that failed
+            # authentication (free text, never a label value)
+            label = event.reason if event.reason in _UNAUTHENTICATED else BAD_RECORD_REASON
+            self.metrics.handshakes.labels(label).inc()
+            self.refusals.refused(_peer_host(tunnel), label)
+            level, key, msg = logging.WARNING, f"handshake rejected {label}", "handshake rejected"
+        elif event.code is not CloseCode.LIMIT_EXCEEDED:
+            label = "failed"
+            self.metrics.handshakes.labels(label).inc()
+            level, key, msg = logging.INFO, "handshake failed", "handshake failed"
+        else:
+            return
+        extra = fields(peer=tunnel.peer, reason=event.reason, doc=doc_link("handshake", label))
+        self.log_throttle.log(log, level, key, msg, extra=extra)
+
     def _on_closed(self, tunnel: Tunnel, event: ev.ConnectionTerminated) -> None:
         self.tunnels.discard(tunnel)
         check = self._checks.pop(tunnel, None)
@@ -302,33 +320,7 @@ class TunnelListener:
             else:
                 self._confirmed[key] -= 1
         if session is None:
-            # never authenticated: one line, a metric, no answer was given
-            if event.code is CloseCode.AUTH_FAILED:
-                # a rejection's reason is a label; anything else is a record that failed
-                # authentication (free text, never a label value)
-                label = event.reason if event.reason in _UNAUTHENTICATED else BAD_RECORD_REASON
-                self.metrics.handshakes.labels(label).inc()
-                self.refusals.refused(_peer_host(tunnel), label)
-                self.log_throttle.log(
-                    log,
-                    logging.WARNING,
-                    f"handshake rejected {label}",
-                    "handshake rejected",
-                    extra=fields(
-                        peer=tunnel.peer, reason=event.reason, doc=doc_link("handshake", label)
-                    ),
-                )
-            elif event.code is not CloseCode.LIMIT_EXCEEDED:
-                self.metrics.handshakes.labels("failed").inc()
-                self.log_throttle.log(
-                    log,
-                    logging.INFO,
-                    "handshake failed",
-                    "handshake failed",
-                    extra=fields(
-                        peer=tunnel.peer, reason=event.reason, doc=doc_link("handshake", "failed")
-                    ),
-                )
+            self._unauthenticated_closed(tunnel, event)
             return
         if not session.registered:  # e.g. an agent that already holds this replica
             log.debug(

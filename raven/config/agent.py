@@ -307,7 +307,11 @@ class AgentConfig:
         try:
             decode_key(self.gateway_public_key)
         except KeyError_ as exc:
-            raise ValueError(f"gateway_public_key: {exc}") from None
+            raise ValueError(
+                f"gateway_public_key: {self.gateway_public_key[:60]!r}: {exc}; expected the "
+                "gateway's public key, 44 base64 characters ending in '=' (raven pubkey < "
+                "gateway.key)"
+            ) from None
         for node, addr in self.nodes.items():
             if (error := node_name_error(node)) is not None:
                 raise ValueError(f"nodes: {node[:80]!r} is not a valid node name: {error}")

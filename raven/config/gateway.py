@@ -46,8 +46,8 @@ class AuthorisedAgent:
             decode_key(self.public_key)
         except KeyError_ as exc:
             raise ValueError(
-                f"agent {self.name!r}: public_key: {exc}; paste the output of "
-                "raven pubkey < agent.key"
+                f"agent {self.name!r}: public_key: {self.public_key[:60]!r}: {exc}; expected "
+                "44 base64 characters ending in '=': paste the output of raven pubkey < agent.key"
             ) from None
         for p in self.prefixes:
             parse_prefix(p)

@@ -58,6 +58,14 @@ def load_config(cls: type[T], path: str | Path) -> T:
     return _build(cls, document)
 
 
+def load_document(cls: type[T], document: Document) -> T:
+    """Build ``cls`` from a parsed document (a config embedded in a Kubernetes object): the
+    same checks and positions as :func:`load_config`."""
+    if document.problems:
+        raise ConfigError(problems=document.problems)
+    return _build(cls, document)
+
+
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types are errors.
     Every problem is collected and raised together in one ConfigError."""
@@ -86,7 +94,15 @@ def _field_named_in(message: str, names: list[str], where: str) -> str:
 
 
 def _kind(value: Any) -> str:
-    return "nothing" if value is None else type(value).__name__
+    """What a wrong value was, quoted when it is a scalar: ``'many' (str)``, ``a list``."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value) if not isinstance(value, str) or len(value) <= 40 else repr(value[:40])
+    return f"{text} ({type(value).__name__})"
 
 
 class _Collector:
@@ -185,11 +201,11 @@ class _Collector:
             return value
         if tp is int:
             if isinstance(value, bool) or not isinstance(value, int):
-                return self.problem(path, f"expected an integer, got {_kind(value)}")
+                return self.problem(path, f"expected an integer (like 1024), got {_kind(value)}")
             return value
         if tp is float:
             if isinstance(value, bool) or not isinstance(value, int | float):
-                return self.problem(path, f"expected a number, got {_kind(value)}")
+                return self.problem(path, f"expected a number (like 2.5), got {_kind(value)}")
             return float(value)
         if tp is str:
             if not isinstance(value, str):

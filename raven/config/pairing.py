@@ -9,11 +9,14 @@ agent.yaml ...``): what each file alone cannot say, found before a tunnel is ref
   gateway refuses it at registration).
 
 Each finding is a :class:`Problem` at the agent file's line, naming the gateway file and what
-to write. Keys are read only when their files can be (``--no-key-files`` skips what needs one).
+to write. Keys are read only when their files can be (``--no-key-files`` skips what needs one);
+without the agent's key file (a rendered chart), the gateway entry of the agent's ``name`` is
+the one checked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raven.config.agent import AgentConfig
@@ -75,15 +78,30 @@ def _pair(
         problem("gateway_public_key", f"{ag.gateway_public_key[:12]}... is not the public key of "
                 f"the gateway in {gw_file} ({encode_key(gateway_public)}); every handshake would "
                 "be refused as bad_mac1")  # fmt: skip
-    if own is None:
-        return out
+    if own is None:  # no key file to read (a rendered chart): the entry of the same name
+        entry = next((a for a in gw.agents if a.name == ag.name), None)
+        if entry is not None and said == entry.public_key_bytes:
+            problem("gateway_public_key", f"is the public key of {gw_file}'s agents entry "
+                    f"{entry.name!r}, this agent's own key; it must be the gateway's: raven "
+                    f"pubkey < {gw.private_key_file}")  # fmt: skip
+        return _check_nodes(out, problem, ag, entry, gw_file) if entry is not None else out
     entry = _entry_for(gw.agents, own)
     if entry is None:
         problem("private_key_file", f"this agent's key ({encode_key(own)}) is not among "
                 f"{gw_file}'s agents: add {{name: <site>, public_key: {encode_key(own)}, "
                 "nodes: [...]} there, or the gateway refuses it as an unknown key")  # fmt: skip
         return out
-    for node in ag.nodes:
+    return _check_nodes(out, problem, ag, entry, gw_file)
+
+
+def _check_nodes(
+    out: list[Problem],
+    problem: Callable[..., None],
+    agent: AgentConfig,
+    entry: AuthorisedAgent,
+    gw_file: str,
+) -> list[Problem]:
+    for node in agent.nodes:
         if not entry.may_serve(node):
             problem(f"nodes.{node}", f"not covered by {gw_file}'s agents entry {entry.name!r} "
                     f"(nodes: {', '.join(entry.nodes) or 'none'}): the gateway refuses it at "

@@ -41,11 +41,12 @@ limits:
         load_gateway_config(path)
     lines = str(info.value).splitlines()
     assert lines == [
-        f"{path}:4:17: agents[0].public_key: agent 'site-a': public_key: not valid base64; "
-        "paste the output of raven pubkey < agent.key",
+        f"{path}:4:17: agents[0].public_key: agent 'site-a': public_key: 'xx': not valid "
+        "base64; expected 44 base64 characters ending in '=': paste the output of raven pubkey "
+        "< agent.key",
         f"{path}:7:5: agents[1].nodez: unknown field; did you mean 'nodes'?",
         f"{path}:8:1: tunel_listen: unknown field; did you mean 'tunnel_listen'?",
-        f"{path}:10:16: limits.max_streams: expected an integer, got str",
+        f"{path}:10:16: limits.max_streams: expected an integer (like 1024), got 'many' (str)",
     ]
     assert len(info.value.problems) == 4
     by_path = {p.path: p for p in info.value.problems}
@@ -86,7 +87,7 @@ def test_file_named_once(tmp_path: Path) -> None:
         load_gateway_config(path)
     text = str(info.value)
     assert text.count(str(path)) == 1
-    assert text == f"{path}:1:19: private_key_file: expected a string, got int (quote it)"
+    assert text == f"{path}:1:19: private_key_file: expected a string, got 3 (int) (quote it)"
 
 
 def test_guess_kind() -> None:
