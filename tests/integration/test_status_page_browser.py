@@ -1,5 +1,6 @@
 """The gateway's status page in a real headless Chromium: it loads with no console errors,
-shows the demo's agents and nodes, and updates when an agent stops."""
+shows the demo's agents and nodes, updates when an agent stops, and names refused handshakes
+(a wrong gateway key, an unknown agent key, a replay) in words, as `raven status` does."""
 
 from __future__ import annotations
 
@@ -31,17 +32,32 @@ def rows_when(table: str, predicate: str) -> str:
     return f"(r => ({predicate}) && r)({rows})"
 
 
-async def handshake_with_a_wrong_gateway_key(host: str, port: int) -> None:
-    """What an agent whose gateway_public_key is not the gateway's sends: an initiation the
-    gateway refuses (bad_mac1) without an answer."""
-    conn = TunnelConnection(role=Role.INITIATOR, static_private=keys.generate_private_key(),
-                            remote_static=keys.public_key(keys.generate_private_key()),
+async def refused_handshake(
+    host: str, port: int, *, private: bytes, gateway: bytes, wall_time_ns: int | None = None
+) -> None:
+    """Send one initiation the gateway refuses without an answer: with a key that is not the
+    gateway's (bad_mac1), an unauthorised agent key (unknown_key), or an authorised key whose
+    timestamp is older than its live tunnel's (replay)."""
+    conn = TunnelConnection(role=Role.INITIATOR, static_private=private, remote_static=gateway,
                             limits=Limits(), now=time.monotonic(),
-                            wall_time_ns=time.time_ns())  # fmt: skip
+                            wall_time_ns=wall_time_ns or time.time_ns())  # fmt: skip
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(conn.data_to_send())
     assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
     writer.close()
+
+
+async def the_three_refusals(demo: Demo) -> None:
+    """A wrong gateway key, an unknown agent key, and a replay of site-a's key."""
+    host, port = demo.topology.host, demo.tunnel_port
+    gateway = keys.public_key(keys.read_private_key_file(demo.topology.gateway_key))
+    site_a = keys.read_private_key_file(demo.topology.agent_keys["site-a"])
+    stranger = keys.generate_private_key()
+    await refused_handshake(host, port, private=stranger,
+                            gateway=keys.public_key(keys.generate_private_key()))  # fmt: skip
+    await refused_handshake(host, port, private=stranger, gateway=gateway)
+    an_hour_ago = time.time_ns() - 3600 * 10**9  # older than site-a's live tunnel
+    await refused_handshake(host, port, private=site_a, gateway=gateway, wall_time_ns=an_hour_ago)
 
 
 @pytest.mark.integration
@@ -78,22 +94,30 @@ async def test_status_page_shows_the_demo_and_follows_an_agent_stopping(tmp_path
         summary = await browser.evaluate("document.getElementById('summary').innerText")
         assert summary.startswith("1 of 2 agents up, 2 of 4 nodes reachable")
 
-        # an agent configured with a wrong gateway public key: named, in words, beside the
-        # site that last had a good tunnel from that address (both demo agents used 127.0.0.1)
-        await handshake_with_a_wrong_gateway_key(demo.topology.host, demo.tunnel_port)
-        refusals = await browser.wait_for(
-            rows_when("refusals", "r.some(t => t.includes('bad_mac1'))")
-        )
-        (row,) = refusals
-        site, peer, why, code, count, _last = row.split("\t")
-        assert site in ("site-a", "site-b") and peer == demo.topology.host and code == "bad_mac1"
-        assert why.startswith("wrong gateway public key") and count == "1"
+        # a wrong gateway public key, an unknown agent key and a replay: each named, in words,
+        # beside the site that last had a good tunnel from that address (both demo agents
+        # used 127.0.0.1)
+        await the_three_refusals(demo)
+        refusals = await browser.wait_for(rows_when("refusals", "r.length == 3"))
+        cells = {row.split("\t")[3]: row.split("\t") for row in refusals}
+        assert set(cells) == {"bad_mac1", "unknown_key", "replay"}
+        for code, words in (("bad_mac1", "wrong gateway public key"),
+                            ("unknown_key", "the agent's key is not authorised here"),
+                            ("replay", "a replayed handshake")):  # fmt: skip
+            site, peer, why, _code, count, _last = cells[code]
+            assert site in ("site-a", "site-b") and peer == demo.topology.host, cells[code]
+            assert why.startswith(words) and count == "1", cells[code]
         url = f"http://{demo.topology.host}:{demo.admin_port}"
         shown = await asyncio.to_thread(
             subprocess.run, [sys.executable, "-m", "raven.cli", "status", "-g", url],
             capture_output=True, text=True, timeout=60)  # fmt: skip
         assert shown.returncode == 3  # site-b is down
-        assert "refused handshakes" in shown.stdout and "wrong gateway public key" in shown.stdout
+        assert "refused handshakes" in shown.stdout
+        for code, words in (("bad_mac1", "wrong gateway public key"),
+                            ("unknown_key", "the agent's key is not authorised here"),
+                            ("replay", "a replayed handshake")):  # fmt: skip
+            (line,) = [ln for ln in shown.stdout.splitlines() if f" {code} " in ln]
+            assert words in line and demo.topology.host in line, line
         assert browser.errors == []
         await browser.evaluate("console.error('probe')")  # the error capture itself works
         for _ in range(200):  # the console event arrives on its own, after the call's answer
