@@ -138,7 +138,8 @@ class GatewayLink:
         self.refused: tuple[tuple[str, str], ...] = ()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        #: monotonic time the last tunnel was lost, while the path is believed broken
+        #: since when the path is believed broken: the last tunnel's loss, or the link's start
+        #: (an agent started during an outage probes fast too, until a gateway answers)
         self._lost_at: float | None = None
         #: the suites this gateway accepted last time (None: not connected yet)
         self.peer_suites: frozenset[Suite] | None = None
@@ -164,6 +165,7 @@ class GatewayLink:
         )
 
     def start(self) -> None:
+        self._lost_at = time.monotonic()
         self._task = asyncio.create_task(self._run(), name=f"link {self.label}")
 
     async def stop(self, *, graceful: bool = True) -> None:

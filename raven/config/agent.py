@@ -61,14 +61,16 @@ class ReconnectConfig:
     )
     max_backoff_s: float = doc("Largest reconnect delay.", default=30.0)
     probe_s: float = doc(
-        "After a tunnel was lost, while the gateway stays unreachable (connects time out, no"
-        " route): retries at most this far apart (full jitter) and each TCP connect gives up"
-        " after twice this, so scrapes resume within seconds of the path returning. A gateway"
-        " that answers (refused, handshake failed) gets the exponential backoff instead.",
+        "After a tunnel was lost (or from the agent's start), while the gateway stays"
+        " unreachable (connects time out, no route): retries at most this far apart (full"
+        " jitter) and each TCP connect gives up after twice this, so scrapes resume within"
+        " seconds of the path returning. A gateway that answers (refused, handshake failed)"
+        " gets the exponential backoff instead.",
         default=1.0,
     )
     probe_for_s: float = doc(
-        "How long after the loss fast probing lasts before the exponential backoff.",
+        "How long after the loss (or the start) fast probing lasts before the exponential"
+        " backoff.",
         default=900.0,
     )
 

@@ -100,8 +100,8 @@ class ProxyConfig:
         ],
     )
     default_timeout_s: float = doc(
-        "Bound on a request's tunnel leg when Prometheus sends no"
-        " X-Prometheus-Scrape-Timeout-Seconds.",
+        "Bound on a request's tunnel leg when the client sends no"
+        " X-Prometheus-Scrape-Timeout-Seconds (curl, other clients); at most `max_timeout_s`.",
         default=30.0,
     )
     header_timeout_s: float = doc(
@@ -113,7 +113,9 @@ class ProxyConfig:
         "Concurrent client connections; beyond it new ones wait in the accept queue.", default=4096
     )
     max_timeout_s: float = doc(
-        "Largest X-Prometheus-Scrape-Timeout-Seconds honoured; a client asking for more gets this.",
+        "Cap on every request's tunnel leg: the largest X-Prometheus-Scrape-Timeout-Seconds"
+        " honoured (a client asking for more gets this), and the bound of requests without"
+        " that header too: a large answer to a header-less client that takes longer is cut.",
         default=300.0,
     )
     max_requests_per_client: int = doc(
@@ -164,6 +166,11 @@ class ProxyConfig:
             parse_prefix(prefix)
         if self.max_refusals_per_client_per_s < 0 or self.refusal_penalty_s < 0:
             raise ValueError("max_refusals_per_client_per_s and refusal_penalty_s must be >= 0")
+        if not 0 < self.default_timeout_s <= self.max_timeout_s:
+            raise ValueError(
+                f"default_timeout_s ({self.default_timeout_s:g}) must be above 0 and at most "
+                f"max_timeout_s ({self.max_timeout_s:g}), which caps every request"
+            )
 
 
 @dataclass(frozen=True)

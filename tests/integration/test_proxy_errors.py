@@ -213,7 +213,7 @@ async def test_per_client_and_per_node_limits_answer_429_and_503(target_port: in
 
 
 async def test_scrape_timeout_is_capped_by_max_timeout(target_port: int) -> None:
-    async with running_proxy(direct(), max_timeout_s=0.3) as (_, _reg, base):
+    async with running_proxy(direct(), max_timeout_s=0.3, default_timeout_s=0.3) as (_, _reg, base):
         got = await _status(
             base,
             f"/proxy/edge-gpu-1:{target_port}/slow?s=5",

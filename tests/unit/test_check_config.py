@@ -181,3 +181,17 @@ gateway_public_key: "{pubs['b.key'][:-4]}AAA="
     good = write(tmp_path, agent_a.read_text().replace(pubs["a.key"], pubs["gw.key"])
                  .replace("  site-b-gpu-1: 192.168.1.11\n", ""), "agent-good.yaml")  # fmt: skip
     assert run_cli("check-config", str(gateway), str(good)).returncode == 0
+
+
+def test_default_timeout_above_the_cap_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, """\
+private_key_file: gw.key
+proxy:
+  default_timeout_s: 60
+  max_timeout_s: 5
+""")  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        load_gateway_config(path)
+    (problem,) = info.value.problems
+    assert problem.path == "proxy.default_timeout_s"  # at the field the message names
+    assert "default_timeout_s (60) must be above 0 and at most max_timeout_s (5)" in str(problem)
