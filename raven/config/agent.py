@@ -69,8 +69,7 @@ class ReconnectConfig:
         default=1.0,
     )
     probe_for_s: float = doc(
-        "How long after the loss (or the start) fast probing lasts before the exponential"
-        " backoff.",
+        "How long after the loss (or the start) fast probing lasts before the exponential backoff.",
         default=900.0,
     )
 
