@@ -2,7 +2,7 @@
 
 On a small VM whose idle CPUs sleep, a lone packet's pass through the interpreter is paid cold,
 so how many calls a packet makes, and which, is the first thing to read when the L3 ping moves
-(BENCHMARKS.md, "Ninth round" to "Twelfth round"). The count does not drift with the machine
+(docs/benchmarks-history.md, "Ninth round" to "Twelfth round"). The count does not drift with the machine
 as the ping does: it compares two trees exactly.
 
 The lab of bench_l3.py (cloud host, ``raven gateway``, ``raven agent`` with ``tun.enabled``,

@@ -26,7 +26,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--base-port",
         type=int,
         default=None,
-        help="tunnel port; proxy is +2, admin +3, the Prometheus link +4 (default: 10262 for "
+        help="tunnel port; proxy is +2, admin +3, the Prometheus link +6 (default: 10262 for "
         "the live demo, free ports for --check; 0 for free ports)",
     )
     p.add_argument(

@@ -112,7 +112,7 @@ def build_topology(
             "tunnel": base_port,
             "proxy": base_port + 2,
             "admin": base_port + 3,
-            "link": base_port + 4,
+            "link": base_port + 6,
         }
     return Topology(workdir, gw_key, agent_keys, nodes, ports=ports, gpu_port=gpu_port)
 
