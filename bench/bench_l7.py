@@ -3,8 +3,10 @@
 Paths compared (each middle box its own process, so CPU is measured per box from /proc):
 
     direct:   wrk -> target (nginx serving a static 100 KB Prometheus text page)
-    nginx:    wrk -> nginx reverse proxy (proxy_pass, defaults) -> target      (the reference)
-    nginx-ka: the same with upstream keep-alive (as Raven's agent since issue 12)
+    nginx:    wrk -> nginx reverse proxy (proxy_pass, defaults: a new upstream connection per
+              request) -> target
+    nginx-ka: the same with upstream keep-alive, as Raven's agent keeps its target
+              connections: the like-for-like hop, the reference of every L7 ratio
     gateway:  wrk -> raven ProxyServer over DirectOpener (DNS mode) -> target
     tunnel:   wrk -> `raven gateway` proxy ==tunnel==> `raven agent` -> target  (full path)
     tunnel-uvloop: the same with the agent on uvloop (``event_loop: uvloop``) instead of
@@ -340,15 +342,17 @@ def median_result(results: list[Result], path: str, conns: int) -> Result:
 
 
 def round_ratios(results: list[Result]) -> str:
-    """Markdown: per path and concurrency, its req/s over nginx's in the same round: median
-    (min-max) and every round's value."""
-    rows = ["| path | conns | req/s / nginx, same round: median (min-max) | each round |",
+    """Markdown: per path and concurrency, its req/s over the reference's in the same round:
+    median (min-max) and every round's value. The reference is nginx with upstream keep-alive
+    when it ran (the hop that does what the agent does), else plain nginx."""
+    ref = "nginx-ka" if any(r.path == "nginx-ka" for r in results) else "nginx"
+    rows = [f"| path | conns | req/s / {ref}, same round: median (min-max) | each round |",
             "|---|---|---|---|"]  # fmt: skip
-    nginx = {(r.round, r.conns): r.rps for r in results if r.path == "nginx"}
-    keys = dict.fromkeys((r.path, r.conns) for r in results if r.path != "nginx")
+    base = {(r.round, r.conns): r.rps for r in results if r.path == ref}
+    keys = dict.fromkeys((r.path, r.conns) for r in results if r.path != ref)
     for path, conns in keys:
-        ratios = [r.rps / nginx[r.round, conns] for r in results
-                  if (r.path, r.conns) == (path, conns) and nginx.get((r.round, conns))]  # fmt: skip
+        ratios = [r.rps / base[r.round, conns] for r in results
+                  if (r.path, r.conns) == (path, conns) and base.get((r.round, conns))]  # fmt: skip
         if ratios:
             each = ", ".join(f"{x:.2f}" for x in ratios)
             rows.append(f"| {path} | {conns} | {statistics.median(ratios):.2f} "
@@ -502,7 +506,7 @@ def main() -> int:
         print(markdown(results))
         return 0
     print(f"{args.rounds} rounds, the paths alternating within each (medians; a round's ratio "
-          "is to nginx in the same round)\n")  # fmt: skip
+          "is to the reference in the same round)\n")  # fmt: skip
     print(markdown([median_result(results, r.path, r.conns) for r in results if r.round == 0]))
     print()
     print(round_ratios(results))
