@@ -277,18 +277,21 @@ async def run_demo(
     from raven.demo.view import intro, status_loop
 
     demo = Demo(topology)
+    stop = asyncio.Event()
+    if not check:
+        loop = asyncio.get_running_loop()
+        # Ctrl-C, kill and a closed terminal (SIGHUP) all stop cleanly, Prometheus included,
+        # from the first moment (a signal during start-up stops the demo once it is up)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, stop.set)
     try:
         await demo.start()
         if check:
             return await run_check(demo, prometheus=prometheus)
         await demo.wait_registered()
-        if prometheus:
+        if prometheus and not stop.is_set():
             await demo.start_prometheus(prometheus_port)
-        print(intro(demo), flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C and kill both stop cleanly
-            loop.add_signal_handler(sig, stop.set)
+        _say(intro(demo))
         status = asyncio.create_task(status_loop(demo))
         try:
             async with asyncio.timeout(duration_s):
@@ -297,10 +300,16 @@ async def run_demo(
             pass
         status.cancel()
         await asyncio.gather(status, return_exceptions=True)
-        print("\nstopping: Prometheus, agents, gateway, exporters, hosts generator")
+        _say("\nstopping: Prometheus, agents, gateway, exporters, hosts generator")
         return 0
     finally:
         await demo.stop()
+
+
+def _say(text: str) -> None:
+    """Print, unless the terminal is gone (SIGHUP: the demo still stops cleanly)."""
+    with contextlib.suppress(OSError):
+        print(text, flush=True)
 
 
 def workdir_default() -> Path:

@@ -69,7 +69,7 @@ def test_demo_stops_cleanly_on_ctrl_c() -> None:
     assert "stopping" in out
     assert "Traceback" not in err
     # the hosts generator child went with it
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"raven-demo-{proc.pid}" not in ps
 
 

@@ -1,7 +1,7 @@
 """The demo's live view under a real terminal (tmux) at 80x24: the URLs and the "Try:" lines stay
 on screen after the view refreshes, no line wraps, and a node table too long for the screen is cut
 with a "more" line. The Prometheus link it shows redirects to the graph with a range that fits
-the demo's age."""
+the demo's age. Closing the terminal stops the demo and every process it started."""
 
 from __future__ import annotations
 
@@ -53,17 +53,26 @@ def test_live_view_fits_80x24_and_keeps_urls_and_try_lines(tmp_path: Path) -> No
     cmd = [sys.executable, "-m", "raven.cli", "demo", "--base-port", "0", "--sites", "3",
            "--nodes-per-site", "5", "--workdir", str(tmp_path / "demo")]  # fmt: skip
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(COLUMNS),
-                    "-y", str(ROWS), " ".join(cmd) + f" 2>{tmp_path / 'err'}"],
+                    "-y", str(ROWS), " ".join(cmd) + f" 2>{tmp_path / 'err'}; sleep 60"],
                    check=True)  # fmt: skip
     try:
         screen = _wait_for_frame(session, timeout_s=90)
         link = _check_screen(screen)
         _check_link(link)
     finally:
-        subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=False)
-        time.sleep(3)
+        # the terminal goes away (SIGHUP), as when its window is closed
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+    # the demo stops cleanly: its Prometheus (and every other child) goes with it
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _processes_using(tmp_path / "demo"):
+        time.sleep(0.5)
+    assert _processes_using(tmp_path / "demo") == []
     assert "Traceback" not in (tmp_path / "err").read_text()
+
+
+def _processes_using(workdir: Path) -> list[str]:
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if str(workdir) in line]
 
 
 def _check_screen(screen: list[str]) -> str:
