@@ -187,25 +187,6 @@ def _addresses(args: argparse.Namespace) -> list[IPAddress]:
     return [parse_address(a) for a in args.gateway_address]
 
 
-def _api_client(args: argparse.Namespace) -> Any:
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    configuration = client.Configuration()
-    try:
-        if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=args.kubeconfig,
-                context=args.kube_context,
-                client_configuration=configuration,
-            )
-    except ConfigException as exc:
-        raise InputError(f"cannot load Kubernetes configuration: {exc}") from None
-    return client.ApiClient(configuration)
-
-
 def _api_config(args: argparse.Namespace) -> Any:
     from raven.kube.client import in_cluster_config, kubeconfig_config
 
@@ -261,9 +242,14 @@ def build_sinks(args: argparse.Namespace) -> list[Sink]:
         namespace, sep, name = args.configmap.partition("/")
         if not sep or not namespace or not name:
             raise InputError(f"--configmap must be NAMESPACE/NAME, got {args.configmap!r}")
+        from raven.kube.client import KubeClient
+
         sinks.append(
-            ConfigMapSink(_api_client(args), namespace=namespace, name=name, key=args.configmap_key)
-        )
+            ConfigMapSink(
+                KubeClient(_api_config(args)), namespace=namespace, name=name,
+                key=args.configmap_key,
+            )
+        )  # fmt: skip
     return sinks
 
 
@@ -279,13 +265,21 @@ async def _once(args: argparse.Namespace) -> int:
         sys.stdout.write(rendered.text)
         return EXIT_OK
     generator = HostsGenerator(source, sinks, metrics=metrics)
-    ok = await generator.sync()
+    try:
+        ok = await generator.sync()
+    finally:
+        await _close(sinks)
     if not ok:
         print(f"coredns-hosts: {generator.last_error}", file=sys.stderr)
         return EXIT_FAILED
     assert generator.last_rendered is not None
     print(f"coredns-hosts: {len(generator.last_rendered.entries)} names written", file=sys.stderr)
     return EXIT_OK
+
+
+async def _close(sinks: list[Sink]) -> None:
+    for sink in sinks:
+        await sink.close()
 
 
 def _admin(generator: HostsGenerator, text: str) -> AdminServer:
@@ -324,6 +318,7 @@ async def _run(args: argparse.Namespace) -> int:
         lag.stop()
         if admin is not None:
             await admin.stop()
+        await _close(sinks)
     return EXIT_OK
 
 

@@ -81,11 +81,11 @@ class HostsGenerator:
         self._debouncer.changed(self._clock())
         self._wakeup.set()
 
-    def _write_all(self, rendered: Rendered) -> list[str]:
+    async def _write_all(self, rendered: Rendered) -> list[str]:
         errors = []
         for sink in self.sinks:
             try:
-                wrote = sink.write(rendered.text)
+                wrote = await sink.write(rendered.text)
             except SinkError as exc:
                 self.metrics.errors.labels("sink", sink.name).inc()
                 errors.append(str(exc))
@@ -110,7 +110,7 @@ class HostsGenerator:
             shown = ", ".join(repr(n[:64]) for n in rendered.invalid_names[:5])
             log.warning("skipped %d invalid names: %s", len(rendered.invalid_names), shown)
         self.last_invalid_names = len(rendered.invalid_names)
-        errors = await asyncio.to_thread(self._write_all, rendered)
+        errors = await self._write_all(rendered)
         self.last_sync_s = self._clock() - started
         if errors:
             self.last_error = "; ".join(errors)

@@ -1,5 +1,6 @@
 """Talking to kube-apiserver: credentials (in-cluster or a kubeconfig) and an aiohttp client
-for JSON GETs and streamed watches, every body and line bounded.
+for JSON requests (GET, and the POST and PUT a writer needs) and streamed watches, every body
+and line bounded. The one Kubernetes client of every Raven component (docs/architecture.md).
 
 Supported credentials: a bearer token (inline or a file, re-read per request so a rotated
 service-account token is picked up), client certificates (files or inline data), a CA
@@ -191,11 +192,13 @@ class KubeClient:
         return headers
 
     @contextlib.asynccontextmanager
-    async def _get(
+    async def _request(
         self,
+        method: str,
         path: str,
         params: Mapping[str, str],
         read_timeout_s: float,
+        body: object = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         if self._session is None:
             self._session = aiohttp.ClientSession(
@@ -204,11 +207,18 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self.connect_timeout_s, sock_read=read_timeout_s
         )
+        headers = self._headers()
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
         try:
-            async with self._session.get(
+            async with self._session.request(
+                method,
                 self.config.server + path,
                 params=dict(params),
-                headers=self._headers(),
+                headers=headers,
+                data=data,
                 timeout=timeout,
             ) as resp:
                 if resp.status >= 400:
@@ -230,14 +240,28 @@ class KubeClient:
         self, path: str, params: Mapping[str, str] | None = None, timeout_s: float = 60.0
     ) -> object:
         """GET ``path`` and decode its JSON body (at most ``max_body_bytes``)."""
-        async with self._get(path, params or {}, timeout_s) as resp:
-            body = bytearray()
+        return await self.request_json("GET", path, params=params, timeout_s=timeout_s)
+
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        params: Mapping[str, str] | None = None,
+        timeout_s: float = 60.0,
+    ) -> object:
+        """``method`` on ``path`` with ``body`` as JSON; the answer's JSON body (at most
+        ``max_body_bytes``). ApiError for an error status (its ``status``: 404, 409...) or an
+        unreachable server (0)."""
+        async with self._request(method, path, params or {}, timeout_s, body) as resp:
+            data = bytearray()
             async for chunk in resp.content.iter_any():
-                body.extend(chunk)
-                if len(body) > self.max_body_bytes:
+                data.extend(chunk)
+                if len(data) > self.max_body_bytes:
                     raise ApiError(resp.status, f"body larger than {self.max_body_bytes} bytes")
         try:
-            return json.loads(body)
+            return json.loads(data)
         except ValueError as exc:
             raise ApiError(resp.status, f"body is not JSON: {exc}") from None
 
@@ -245,7 +269,7 @@ class KubeClient:
         self, path: str, params: Mapping[str, str], timeout_s: float
     ) -> AsyncIterator[bytes]:
         """The lines of a watch stream; ends when the server ends it."""
-        async with self._get(path, params, timeout_s + 30) as resp:
+        async with self._request("GET", path, params, timeout_s + 30) as resp:
             buffer = bytearray()
             try:
                 async for chunk in resp.content.iter_any():

@@ -7,7 +7,7 @@ from typing import Any
 
 _SET_REQ = re.compile(r"^\s*(!?)([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 #: The fields every resource can be selected by (the apiserver adds per-kind ones).
-_FIELDS = ("metadata.name", "metadata.namespace")
+_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName")
 
 
 def _split_requirements(selector: str) -> list[str]:
@@ -60,7 +60,8 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
 
 
 def field_selector_matches(selector: str, obj: dict[str, Any]) -> bool:
-    """``metadata.name=x``, ``metadata.namespace!=y`` (``=``/``==``/``!=``), ANDed.
+    """``metadata.name=x``, ``metadata.namespace!=y``, ``spec.nodeName=n`` (pods) (``=``/``==``/
+    ``!=``), ANDed.
     ValueError for a malformed requirement or an unsupported field, as the apiserver's 400."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -71,7 +72,8 @@ def field_selector_matches(selector: str, obj: dict[str, Any]) -> bool:
         field, value = field.strip(), value.strip()
         if not sep or field not in _FIELDS:
             raise ValueError(f"field label not supported: {field!r}")
-        actual = meta.get(field.split(".", 1)[1], "")
+        section = meta if field.startswith("metadata.") else obj.get("spec")
+        actual = section.get(field.split(".", 1)[1], "") if isinstance(section, dict) else ""
         if (actual == value) == negate:
             return False
     return True

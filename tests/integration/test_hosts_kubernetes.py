@@ -1,5 +1,5 @@
-"""Kubernetes source (raven.kube's reflector) and ConfigMap sink (the ``kubernetes`` client)
-against the fake API server."""
+"""Kubernetes source (raven.kube's reflector) and ConfigMap sink (raven.kube's client too: one
+Kubernetes client for the whole hosts generator) against the fake API server."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from coredns_hosts.runner import HostsGenerator
 from coredns_hosts.sinks.configmap import ConfigMapSink
 from coredns_hosts.sinks.file import FileSink
 from coredns_hosts.sources.kubernetes import KubernetesSource
-from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from raven.kube.client import ApiConfig
+from raven.kube.client import ApiConfig, KubeClient
 from tests.fakekube import FakeKube
 from tests.helpers import wait_for
 
@@ -42,8 +41,18 @@ def kube() -> Iterator[FakeKube]:
         yield kube
 
 
-def api_client(kube: FakeKube) -> client.ApiClient:
-    return client.ApiClient(client.Configuration(host=kube.url))
+@pytest.fixture
+async def open_sink(kube: FakeKube) -> AsyncIterator[Any]:
+    """Makes ConfigMap sinks on the fake API server; closes them (their HTTP sessions)."""
+    made: list[ConfigMapSink] = []
+
+    def make(**options: Any) -> ConfigMapSink:
+        made.append(ConfigMapSink(KubeClient(ApiConfig(kube.url)), **options))
+        return made[-1]
+
+    yield make
+    for sink in made:
+        await sink.close()
 
 
 def hosts(path: Path) -> dict[str, frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
@@ -244,50 +253,54 @@ async def test_watch_burst_of_nodes_is_debounced_into_one_write(kube, tmp_path) 
         assert r.relists("nodes") == 1
 
 
-def test_configmap_create_replace_and_unchanged(kube) -> None:
-    sink = ConfigMapSink(api_client(kube))
-    assert sink.write("10.96.0.50 edge-1\n") is True
+async def test_configmap_create_replace_and_unchanged(kube, open_sink) -> None:
+    sink = open_sink()
+    assert await sink.write("10.96.0.50 edge-1\n") is True
     cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None and cm["data"] == {"tunnel-nodes": "10.96.0.50 edge-1\n"}
     assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "raven-coredns-hosts"
     cm["data"]["other"] = "kept"  # someone else adds a key
     kube.put("configmaps", cm, "kube-system")
-    assert sink.write("10.96.0.50 edge-1\n") is False
+    assert await sink.write("10.96.0.50 edge-1\n") is False
     assert kube.count("PUT", "/configmaps/") == 0
-    assert sink.write("10.96.0.50 edge-2\n") is True
+    assert await sink.write("10.96.0.50 edge-2\n") is True
     cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None
     assert cm["data"] == {"tunnel-nodes": "10.96.0.50 edge-2\n", "other": "kept"}
     assert kube.count("POST", "/configmaps") == 1 and kube.count("PUT", "/configmaps/") == 1
 
 
-def test_configmap_conflicts_are_retried(kube) -> None:
+async def test_configmap_conflicts_are_retried(kube, open_sink) -> None:
     sleeps: list[float] = []
-    sink = ConfigMapSink(api_client(kube), sleep=sleeps.append)
-    sink.write("a\n")
+
+    async def record(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    sink = open_sink(sleep=record)
+    await sink.write("a\n")
     kube.conflicts_to_inject = 3
-    assert sink.write("b\n") is True
+    assert await sink.write("b\n") is True
     assert sink.conflicts == 3 and len(sleeps) == 3
     cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None and cm["data"]["tunnel-nodes"] == "b\n"
 
 
-def test_configmap_conflict_storm_gives_clear_error(kube) -> None:
-    sink = ConfigMapSink(api_client(kube), sleep=lambda _s: None, max_attempts=5)
-    sink.write("good\n")
+async def test_configmap_conflict_storm_gives_clear_error(kube, open_sink) -> None:
+    sink = open_sink(sleep=no_pause, max_attempts=5)
+    await sink.write("good\n")
     kube.conflicts_to_inject = 10_000
     with pytest.raises(SinkError, match="still conflicting after 5 attempts"):
-        sink.write("new\n")
+        await sink.write("new\n")
     cm = kube.get("configmaps", "edge-tunnel-nodes", "kube-system")
     assert cm is not None and cm["data"]["tunnel-nodes"] == "good\n"
     assert kube.count("PUT", "/configmaps/") == 5  # first write was a create (POST)
 
 
-def test_configmap_api_error_is_a_sink_error(kube) -> None:
+async def test_configmap_api_error_is_a_sink_error(kube, open_sink) -> None:
     kube.forbidden_namespaces.add("locked")
-    sink = ConfigMapSink(api_client(kube), namespace="locked")
-    with pytest.raises(SinkError, match="ConfigMap locked/edge-tunnel-nodes: API error 403"):
-        sink.write("a\n")
+    sink = open_sink(namespace="locked")
+    with pytest.raises(SinkError, match="ConfigMap locked/edge-tunnel-nodes: API error HTTP 403"):
+        await sink.write("a\n")
 
 
 def test_cli_once_with_kubeconfig_writes_file_and_configmap(kube, tmp_path) -> None:
@@ -320,3 +333,7 @@ def test_cli_once_with_kubeconfig_writes_file_and_configmap(kube, tmp_path) -> N
     kube.put_service(NS, SVC, ["None"])
     assert hosts_main(argv) == 1  # headless: refused, last good kept
     assert parse_hosts(out.read_text()) == both("edge-a", "edge-b")
+
+
+async def no_pause(_seconds: float) -> None:
+    return None

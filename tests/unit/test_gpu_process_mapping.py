@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from gpu_exporter.backend import Allocation, GpuInfo, GpuSample, PodRef, ProcessSample, Snapshot
-from gpu_exporter.kube_pods import ApiServerPodLookup
 from gpu_exporter.podresources import ContainerDevices, PodResources
 from gpu_exporter.process_mapping import CgroupRef, PodMapper, parse_cgroup, read_process_cgroup
 
@@ -138,47 +136,3 @@ def test_mapper_survives_failing_kubelet(tmp_path: Path, caplog: pytest.LogCaptu
     assert snap.gpus[0].values == {"DCGM_FI_DEV_GPU_TEMP": 1}
     assert snap.gpus[0].pod is None
     assert len([r for r in caplog.records if "pod-resources unavailable" in r.message]) == 1
-
-
-class FakeCoreV1:
-    def __init__(self, pods: list[SimpleNamespace]) -> None:
-        self.pods = pods
-        self.calls: list[str] = []
-        self.fail = False
-
-    def list_pod_for_all_namespaces(
-        self, field_selector: str, _request_timeout: float
-    ) -> SimpleNamespace:
-        self.calls.append(field_selector)
-        if self.fail:
-            raise OSError("api server down")
-        return SimpleNamespace(items=list(self.pods))
-
-
-def fake_pod(uid: str, ns: str, name: str, containers: dict[str, str]) -> SimpleNamespace:
-    statuses = [
-        SimpleNamespace(name=n, container_id=f"containerd://{cid}") for cid, n in containers.items()
-    ]
-    return SimpleNamespace(
-        metadata=SimpleNamespace(uid=uid, namespace=ns, name=name),
-        status=SimpleNamespace(container_statuses=statuses, init_container_statuses=None),
-    )
-
-
-def test_api_server_lookup_names_pod_and_container() -> None:
-    now = [0.0]
-    api = FakeCoreV1([fake_pod(UID, "ml", "trainer-0", {CID: "main", "f" * 64: "sidecar"})])
-    lookup = ApiServerPodLookup(api, "edge-gpu-1", ttl_s=30, min_refresh_s=5, clock=lambda: now[0])
-    assert lookup(CgroupRef(UID, CID)) == PodRef("ml", "trainer-0", "main", UID)
-    assert lookup(CgroupRef(UID, "0" * 64)) == PodRef("ml", "trainer-0", "", UID)
-    assert api.calls == ["spec.nodeName=edge-gpu-1"]  # cached
-    new_uid = "99999999-2222-3333-4444-555555555555"
-    assert lookup(CgroupRef(new_uid, CID)) is None  # unknown, but refreshed < 5 s ago
-    assert len(api.calls) == 1
-    api.pods.append(fake_pod(new_uid, "ml", "trainer-1", {}))
-    now[0] = 6.0
-    assert lookup(CgroupRef(new_uid, CID)) == PodRef("ml", "trainer-1", "", new_uid)
-    assert len(api.calls) == 2
-    api.fail = True
-    now[0] = 100.0
-    assert lookup(CgroupRef(UID, CID)) == PodRef("ml", "trainer-0", "main", UID)  # old table kept

@@ -23,14 +23,20 @@ from tests.helpers.threads import call_with_file_permissions
 V4 = ipaddress.ip_address("10.96.0.50")
 
 
+def put(sink: FileSink, text: str) -> bool:
+    """The sink's write, awaited on a loop of its own (its file work runs in a worker thread
+    started from the calling thread, with that thread's capabilities)."""
+    return asyncio.run(sink.write(text))
+
+
 def test_file_sink_atomic_replace_and_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "tunnel-nodes"
     sink = FileSink(path)
-    assert sink.write("10.0.0.1 a\n") is True
+    assert put(sink, "10.0.0.1 a\n") is True
     inode = path.stat().st_ino
-    assert sink.write("10.0.0.1 a\n") is False
+    assert put(sink, "10.0.0.1 a\n") is False
     assert path.stat().st_ino == inode  # not rewritten
-    assert sink.write("10.0.0.1 b\n") is True
+    assert put(sink, "10.0.0.1 b\n") is True
     assert path.read_text() == "10.0.0.1 b\n"
     assert path.stat().st_ino != inode  # replaced by rename, never rewritten in place
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
@@ -41,35 +47,35 @@ def test_file_sink_atomic_replace_and_unchanged(tmp_path: Path) -> None:
 def test_file_sink_rewrites_after_external_edit(tmp_path: Path) -> None:
     path = tmp_path / "hosts"
     sink = FileSink(path)
-    sink.write("x\n")
+    put(sink, "x\n")
     path.write_text("edited\n")
-    assert sink.write("x\n") is True and path.read_text() == "x\n"
+    assert put(sink, "x\n") is True and path.read_text() == "x\n"
 
 
 def test_file_sink_missing_directory_is_clear_error(tmp_path: Path) -> None:
     sink = FileSink(tmp_path / "missing" / "hosts")
     with pytest.raises(SinkError, match=r"cannot write .*missing/hosts: No such file"):
-        sink.write("x\n")
+        put(sink, "x\n")
 
 
 def test_file_sink_failure_keeps_last_good_file(tmp_path: Path) -> None:
     path = tmp_path / "hosts"
     sink = FileSink(path)
-    sink.write("good\n")
+    put(sink, "good\n")
     sink.tmp_path.mkdir()  # the temp file cannot be created (EISDIR), even as root
     with pytest.raises(SinkError, match="last good file kept"):
-        sink.write("new\n")
+        put(sink, "new\n")
     assert path.read_text() == "good\n"
 
 
 def test_file_sink_read_only_directory(tmp_path: Path) -> None:
     path = tmp_path / "hosts"
-    FileSink(path).write("good\n")
+    put(FileSink(path), "good\n")
     tmp_path.chmod(0o555)
     try:
         # Root (CI) ignores directory permissions: the write runs without that privilege.
         with pytest.raises(SinkError, match=r"cannot write .*hosts: Permission denied"):
-            call_with_file_permissions(lambda: FileSink(path).write("new\n"))
+            call_with_file_permissions(lambda: put(FileSink(path), "new\n"))
     finally:
         tmp_path.chmod(0o755)
     assert path.read_text() == "good\n"
@@ -111,7 +117,10 @@ class MemorySink:
         self.texts: list[str] = []
         self.fail = False
 
-    def write(self, text: str) -> bool:
+    async def close(self) -> None:
+        return None
+
+    async def write(self, text: str) -> bool:
         if self.fail:
             raise SinkError("disk on fire")
         if self.texts and self.texts[-1] == text:

@@ -4,21 +4,22 @@ Read, then create when missing or replace (with the read ``resourceVersion``, so
 concurrent writer makes the API answer 409 Conflict) when the key's text differs. Conflicts
 are retried with a fresh read and a growing, jittered pause; other keys, labels and
 annotations of the ConfigMap are kept. CoreDNS mounts the ConfigMap; the kubelet swaps the
-mounted file atomically.
+mounted file atomically. Requests go through raven.kube's client, the one the hosts
+generator's Kubernetes source uses too (one set of credentials, one error type).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
-import time
-from collections.abc import Callable
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from coredns_hosts.model import SinkError
 from raven.backoff import backoff_delay
+from raven.kube.client import ApiError, KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class ConfigMapSink:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        client: KubeClient,
         *,
         namespace: str = DEFAULT_NAMESPACE,
         name: str = DEFAULT_NAME,
@@ -45,9 +46,9 @@ class ConfigMapSink:
         max_attempts: int = 8,
         backoff_s: float = 0.05,
         request_timeout_s: float = 10.0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self._api = client.CoreV1Api(api_client)
+        self._client = client
         self.namespace = namespace
         self.configmap = name
         self.key = key
@@ -63,42 +64,52 @@ class ConfigMapSink:
     def ref(self) -> str:
         return f"{self.namespace}/{self.configmap}"
 
-    def write(self, text: str) -> bool:
+    @property
+    def _collection(self) -> str:
+        return f"/api/v1/namespaces/{urllib.parse.quote(self.namespace, safe='')}/configmaps"
+
+    @property
+    def _path(self) -> str:
+        return f"{self._collection}/{urllib.parse.quote(self.configmap, safe='')}"
+
+    async def write(self, text: str) -> bool:
         if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
             raise SinkError(f"ConfigMap {self.ref}: text larger than {MAX_TEXT_BYTES} bytes")
         try:
-            return self._write(text)
-        except ApiException as exc:
-            raise SinkError(f"ConfigMap {self.ref}: API error {exc.status} {exc.reason}") from None
-        except Exception as exc:
-            if isinstance(exc, SinkError):
-                raise
-            raise SinkError(f"ConfigMap {self.ref}: {type(exc).__name__}: {exc}") from None
+            return await self._write(text)
+        except ApiError as exc:
+            raise SinkError(f"ConfigMap {self.ref}: API error {exc}") from None
 
-    def _write(self, text: str) -> bool:
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _write(self, text: str) -> bool:
         for attempt in range(self._max_attempts):
             if attempt:
-                self._sleep(backoff_delay(attempt, self._backoff_s, self._max_backoff_s, self._rng))
-            try:
-                current = self._api.read_namespaced_config_map(
-                    self.configmap, self.namespace, _request_timeout=self._timeout
+                await self._sleep(
+                    backoff_delay(attempt, self._backoff_s, self._max_backoff_s, self._rng)
                 )
-            except ApiException as exc:
+            try:
+                current = await self._client.request_json("GET", self._path,
+                                                          timeout_s=self._timeout)  # fmt: skip
+            except ApiError as exc:
                 if exc.status != HTTP_NOT_FOUND:
                     raise
-                if self._create(text):
+                if await self._create(text):
                     return True
                 continue
-            data = dict(current.data or {})
+            if not isinstance(current, dict):
+                raise SinkError(f"ConfigMap {self.ref}: the API answered a non-object")
+            data = current.get("data") or {}
+            if not isinstance(data, dict):
+                raise SinkError(f"ConfigMap {self.ref}: its data is not a mapping")
             if data.get(self.key) == text:
                 return False
-            data[self.key] = text
-            current.data = data
+            current["data"] = {**data, self.key: text}
             try:
-                self._api.replace_namespaced_config_map(
-                    self.configmap, self.namespace, current, _request_timeout=self._timeout
-                )
-            except ApiException as exc:
+                await self._client.request_json("PUT", self._path, current,
+                                                timeout_s=self._timeout)  # fmt: skip
+            except ApiError as exc:
                 if exc.status != HTTP_CONFLICT:
                     raise
                 self.conflicts += 1
@@ -109,20 +120,21 @@ class ConfigMapSink:
             f"ConfigMap {self.ref}: still conflicting after {self._max_attempts} attempts"
         )
 
-    def _create(self, text: str) -> bool:
-        body = client.V1ConfigMap(
-            api_version="v1",
-            kind="ConfigMap",
-            metadata=client.V1ObjectMeta(
-                name=self.configmap, namespace=self.namespace, labels=dict(MANAGED_BY)
-            ),
-            data={self.key: text},
-        )
+    async def _create(self, text: str) -> bool:
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.configmap,
+                "namespace": self.namespace,
+                "labels": dict(MANAGED_BY),
+            },
+            "data": {self.key: text},
+        }
         try:
-            self._api.create_namespaced_config_map(
-                self.namespace, body, _request_timeout=self._timeout
-            )
-        except ApiException as exc:
+            await self._client.request_json("POST", self._collection, body,
+                                            timeout_s=self._timeout)  # fmt: skip
+        except ApiError as exc:
             if exc.status != HTTP_CONFLICT:  # 409 AlreadyExists: someone created it first
                 raise
             self.conflicts += 1

@@ -8,6 +8,7 @@ when the file already holds the same text.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
@@ -31,7 +32,13 @@ class FileSink:
         except OSError as exc:
             raise SinkError(f"cannot read {self.path}: {exc.strerror}") from None
 
-    def write(self, text: str) -> bool:
+    async def write(self, text: str) -> bool:
+        return await asyncio.to_thread(self._write, text)
+
+    async def close(self) -> None:
+        return None
+
+    def _write(self, text: str) -> bool:
         data = text.encode("utf-8")
         if self._current() == data:
             return False
