@@ -10,9 +10,16 @@ or the packet is larger than the tunnel's datagram limit), :func:`segment_tcp` d
 from __future__ import annotations
 
 from raven.l3.checksum import internet_checksum, ones_sum, pseudo_header_sum
-from raven.l3.packet import IPV4, PROTO_TCP, PROTO_UDP, PacketInfo
-
-_FIN, _PSH, _CWR = 0x01, 0x08, 0x80
+from raven.l3.packet import (
+    IPV4,
+    PROTO_TCP,
+    PROTO_UDP,
+    TCP_CWR,
+    TCP_FIN,
+    TCP_FLAGS_AT,
+    TCP_PSH,
+    PacketInfo,
+)
 
 
 def is_gso_candidate(info: PacketInfo) -> bool:
@@ -48,7 +55,7 @@ def segment_tcp(packet: bytes, info: PacketInfo, max_payload: int) -> list[bytes
     if len(payload) <= max_payload:
         return [packet]
     seq = int.from_bytes(packet[tcp + 4 : tcp + 8], "big")
-    flags = packet[tcp + 13]
+    flags = packet[tcp + TCP_FLAGS_AT]
     ident = int.from_bytes(packet[4:6], "big") if info.version == IPV4 else 0
     out: list[bytes] = []
     starts = range(0, len(payload), max_payload)
@@ -58,7 +65,8 @@ def segment_tcp(packet: bytes, info: PacketInfo, max_payload: int) -> list[bytes
         seg += piece
         last = start + max_payload >= len(payload)
         seg[tcp + 4 : tcp + 8] = ((seq + start) & 0xFFFFFFFF).to_bytes(4, "big")
-        seg[tcp + 13] = flags & ~((0 if last else _FIN | _PSH) | (0 if i == 0 else _CWR))
+        cleared = (0 if last else TCP_FIN | TCP_PSH) | (0 if i == 0 else TCP_CWR)
+        seg[tcp + TCP_FLAGS_AT] = flags & ~cleared
         if info.version == IPV4:
             seg[2:4] = len(seg).to_bytes(2, "big")
             seg[4:6] = ((ident + i) & 0xFFFF).to_bytes(2, "big")

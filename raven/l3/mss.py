@@ -8,7 +8,14 @@ directions: SYN and SYN-ACK) makes TCP pick segments that fit from the start.
 from __future__ import annotations
 
 from raven.l3.checksum import internet_checksum, pseudo_header_sum
-from raven.l3.packet import IPV4, PROTO_TCP, TCP_MIN_HEADER_BYTES, PacketInfo
+from raven.l3.packet import (
+    IPV4,
+    PROTO_TCP,
+    TCP_FLAGS_AT,
+    TCP_MIN_HEADER_BYTES,
+    TCP_SYN,
+    PacketInfo,
+)
 
 _OPT_END = 0
 _OPT_NOP = 1
@@ -51,7 +58,7 @@ def clamp_mss(packet: bytes, info: PacketInfo, max_mss: int) -> bytes:
     if info.protocol != PROTO_TCP or info.fragment_offset or info.more_fragments:
         return packet
     tcp = info.l4_offset
-    if tcp + TCP_MIN_HEADER_BYTES > info.length or not packet[tcp + 13] & 0x02:
+    if tcp + TCP_MIN_HEADER_BYTES > info.length or not packet[tcp + TCP_FLAGS_AT] & TCP_SYN:
         return packet
     data_offset = (packet[tcp + 12] >> 4) * 4
     if data_offset <= TCP_MIN_HEADER_BYTES or tcp + data_offset > info.length:

@@ -31,6 +31,10 @@ PROTO_IPV6_OPTS = 60
 IPV4_MIN_HEADER_BYTES = 20
 IPV6_HEADER_BYTES = 40
 TCP_MIN_HEADER_BYTES = 20
+#: The TCP header's flags byte: its offset from the header's start (RFC 9293 3.1: after the
+#: ports, sequence and acknowledgement numbers and the data offset byte), and the flags in it.
+TCP_FLAGS_AT = 13
+TCP_FIN, TCP_SYN, TCP_PSH, TCP_CWR = 0x01, 0x02, 0x08, 0x80
 #: The smallest MTU every IPv6 link has (RFC 8200 section 5).
 IPV6_MIN_MTU = 1280
 #: Every IPv4 host accepts datagrams of this size (RFC 791); ICMP errors stay within it.
@@ -132,7 +136,8 @@ def parse_packet(data: bytes | bytearray | memoryview) -> PacketInfo:
     if ihl > total:
         raise MalformedPacket(f"IPv4 header length {ihl} beyond total length {total}")
     offset, more, dont = (flags & _V4_OFFSET_MASK) * 8, flags & _V4_FLAG_MF, flags & _V4_FLAG_DF
-    syn = protocol == PROTO_TCP and not offset and ihl + 13 < total and data[ihl + 13] & 0x02
+    syn = (protocol == PROTO_TCP and not offset and ihl + TCP_FLAGS_AT < total
+           and data[ihl + TCP_FLAGS_AT] & TCP_SYN)  # fmt: skip
     return _info((IPV4, src, dst, total, protocol, ihl, offset, bool(more), bool(dont), bool(syn)))
 
 
@@ -174,6 +179,6 @@ def _parse_ipv6(data: bytes | bytearray | memoryview) -> PacketInfo:
         raise MalformedPacket("too many IPv6 extension headers")
     src, dst = (src_hi << 64) | src_lo, (dst_hi << 64) | dst_lo
     syn = protocol == PROTO_TCP and not fragment_offset and offset + 13 < size
-    syn = syn and bool(data[offset + 13] & 0x02)
+    syn = syn and bool(data[offset + TCP_FLAGS_AT] & TCP_SYN)
     fields = (IPV6, src, dst, size, protocol, offset, fragment_offset, more_fragments, True, syn)
     return _info(fields)

@@ -2,8 +2,8 @@
 
 Sans-IO over plaintext record payloads: :meth:`Multiplexer.receive_payload` takes the frames
 payload of one record, :meth:`Multiplexer.next_payload` produces the next one to seal (at most
-``MAX_RECORD_PAYLOAD_BYTES`` bytes). Events come out of ``Multiplexer.next_event()``. The
-peer's violations raise :class:`RemoteProtocolError` (the caller then calls
+``MAX_RECORD_PAYLOAD_BYTES`` bytes). Events come out of ``Multiplexer.events`` (``popleft``:
+None when empty). The peer's violations raise :class:`RemoteProtocolError` (the caller then calls
 :meth:`Multiplexer.abort`); our own illegal calls raise :class:`LocalProtocolError`.
 
 Sending order inside a payload: control frames (OPEN, CREDIT, RESET, PONG...) first, then
@@ -99,7 +99,7 @@ class Multiplexer:
         #: registration frames' payload size
         self.chunk_bytes = max(1024, min(limits.max_frame_payload_bytes, MAX_FRAME_PAYLOAD_BYTES))
         self._max_datagram = min(limits.max_datagram_bytes, MAX_FRAME_PAYLOAD_BYTES)
-        #: the events this tunnel produced, oldest first (next_event pops them)
+        #: the events this tunnel produced, oldest first (``popleft``: None when empty)
         self.events = EventQueue()
         #: received L3 packets: to ``datagrams.sink`` when set, else DatagramReceived events
         self.datagrams = DatagramInbox(self.events, self.stats, limits.max_datagram_bytes)
@@ -144,14 +144,6 @@ class Multiplexer:
     def buffered_bytes(self) -> int:
         """Bytes received on streams and not yet consumed by the application."""
         return self._table.buffered
-
-    @property
-    def has_output(self) -> bool:
-        return self.scheduler.has_output
-
-    def next_event(self) -> Event | None:
-        """The next event, or None when there is none."""
-        return self.events.popleft()
 
     def stream_state(self, stream_id: int) -> StreamState | None:
         stream = self._table.streams.get(stream_id)
@@ -422,11 +414,6 @@ class Multiplexer:
         self.backlog.extend(frames)
         if act:
             self.backlog.act(now)
-
-    @property
-    def input_waiting(self) -> bool:
-        """Received frames wait to be acted on: call :meth:`resume_input` (next turn)."""
-        return bool(self.backlog.pending)
 
     def resume_input(self, now: float) -> None:
         """Act on more of the frames that wait (raven.protocol.frame_backlog)."""

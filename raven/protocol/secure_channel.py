@@ -207,11 +207,6 @@ class SecureChannel:
         """The Noise handshake hash (channel binding), once complete."""
         return self._handshake_hash
 
-    @property
-    def bytes_to_send(self) -> int:
-        """Wire bytes queued and not yet taken by :meth:`data_to_send` (``output.used``)."""
-        return self.output.used
-
     # -- output -----------------------------------------------------------------------------
 
     def _queue(self, chunk: bytes) -> None:

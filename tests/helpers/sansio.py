@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.events import Event, StreamAccepted, StreamOpened
+from raven.protocol.mux import Multiplexer
 
 
-class EventSource(Protocol):
-    def next_event(self) -> Event | None: ...
-
-
-def events(source: EventSource) -> list[Event]:
+def events(source: TunnelConnection | Multiplexer) -> list[Event]:
     """Every event queued on a TunnelConnection or Multiplexer, oldest first."""
+    take = source.events.popleft if isinstance(source, Multiplexer) else source.next_event
     out: list[Event] = []
-    while (event := source.next_event()) is not None:
+    while (event := take()) is not None:
         out.append(event)
     return out
 

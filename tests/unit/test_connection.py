@@ -455,7 +455,7 @@ def test_trimmed_connections_keep_working_and_release_their_aead_objects() -> No
             assert channel._sender is not None and channel._receiver is not None
             assert channel._sender._cipher._aead is None
             assert channel._receiver._cipher._aead is None
-            assert channel.bytes_to_send == 0
+            assert channel.output.used == 0
         sid = open_stream(agent, gateway)
         agent.send_stream_data(sid, b"x" * 70_000)
         pump(agent, gateway)

@@ -47,7 +47,7 @@ def mux_with_sink(limits: Limits = LIMITS) -> tuple[Multiplexer, list[bytes]]:
 
 def drain(mux: Multiplexer) -> list[Event]:
     out: list[Event] = []
-    while (event := mux.next_event()) is not None:
+    while (event := mux.events.popleft()) is not None:
         out.append(event)
     return out
 

@@ -54,7 +54,7 @@ LIMITS = Limits(stream_window_bytes=64 * 1024, max_frame_payload_bytes=16 * 1024
 def feed(mux: Multiplexer, payload: bytes, now: float) -> None:
     """receive_payload, then resume_input until no frame waits (an adapter's later turns)."""
     mux.receive_payload(payload, now)
-    while mux.input_waiting:
+    while mux.backlog.pending:
         mux.resume_input(now)
 
 
@@ -673,11 +673,11 @@ def test_a_payload_of_many_opens_is_acted_on_a_bounded_number_per_call() -> None
     opens = b"".join(encode_frame(OpenFrame(i, "edge-x-1", 80)) for i in range(1, 2001, 2))
     gateway.receive_payload(opens, 0.0)
     first = events(gateway)
-    assert len(first) == CONTROL_FRAMES_PER_CALL and gateway.input_waiting
+    assert len(first) == CONTROL_FRAMES_PER_CALL and gateway.backlog.pending
     gateway.receive_payload(encode_frame(ResetFrame(1, StreamCode.CANCELLED, "late")), 0.0)
     calls, later = 0, events(gateway)  # that call acted on the next OPENs, not the RESET
     assert len(later) == CONTROL_FRAMES_PER_CALL
-    while gateway.input_waiting:
+    while gateway.backlog.pending:
         gateway.resume_input(0.0)
         got = events(gateway)
         assert len([e for e in got if isinstance(e, StreamOpened)]) <= CONTROL_FRAMES_PER_CALL
@@ -694,5 +694,5 @@ def test_closing_the_tunnel_drops_the_frames_that_wait() -> None:
     opens = b"".join(encode_frame(OpenFrame(i, "edge-x-1", 80)) for i in range(1, 2001, 2))
     pair.gateway.receive_payload(opens, 0.0)
     pair.gateway.close(CloseCode.NORMAL, "bye")
-    assert not pair.gateway.input_waiting
+    assert not pair.gateway.backlog.pending
     pair.gateway.resume_input(0.0)  # nothing left to act on: a no-op

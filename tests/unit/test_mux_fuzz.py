@@ -182,7 +182,8 @@ class _Model:
                 for sid in self.live(side, {StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE}):
                     self.sides[side].end_stream(sid)
                     busy = True
-            if not busy and not self.pair.agent.has_output and not self.pair.gateway.has_output:
+            pending = self.pair.agent.scheduler.has_output or self.pair.gateway.scheduler.has_output
+            if not busy and not pending:
                 return
         raise AssertionError("did not settle")
 

@@ -407,12 +407,12 @@ def test_input_buffer_holds_at_most_one_partial_record() -> None:
 
 def test_bytes_to_send_tracks_queue() -> None:
     agent, gateway = make_pair()
-    assert agent.bytes_to_send == 4 + 1 + 2 + INITIATION_BYTES
+    assert agent.output.used == 4 + 1 + 2 + INITIATION_BYTES
     handshake(agent, gateway)
     agent.seal(b"abc", 100.0)
-    assert agent.bytes_to_send == 2 + 1 + 3 + 16
+    assert agent.output.used == 2 + 1 + 3 + 16
     agent.data_to_send()
-    assert agent.bytes_to_send == 0
+    assert agent.output.used == 0
 
 
 # -- fuzz: any bytes either work or raise RemoteProtocolError --------------------------------
