@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError
 
@@ -209,42 +210,58 @@ def parse_request_head(head: bytes) -> RequestHead:
     if not _TOKEN.match(method) or not target or _BAD_TARGET.search(target):
         raise HttpParseError(bad, "invalid request line")
     headers = _split_headers(block, bad)
-    hosts: list[bytes] = []
-    lengths: list[bytes] = []
-    codings: list[bytes] = []
-    conn: list[bytes] = []
-    expect = False
-    for name, value in headers:
-        key = name.lower()
-        if key == b"host":
-            hosts.append(value)
-        elif key == b"content-length":
-            lengths.append(value)
-        elif key == b"transfer-encoding":
-            codings.extend(_tokens(value) or [b""])
-        elif key == b"connection":
-            conn.extend(_tokens(value))
-        elif key == b"expect":
-            if value.lower() != b"100-continue":
-                raise HttpParseError(bad, "unsupported Expect")
-            expect = True
-    if len(hosts) > 1:
+    f = _framing(headers, bad, request=True)
+    if len(f.hosts) > 1:
         raise HttpParseError(bad, "more than one Host header")
-    body, length = _request_body(method, version, lengths, codings)
-    tokens = frozenset(conn)
+    body, length = _request_body(method, version, f.lengths, f.codings)
+    tokens = frozenset(f.connection)
     keep_alive = b"close" not in tokens if version == (1, 1) else b"keep-alive" in tokens
     return RequestHead(
         method=method.decode("ascii"),
         target=target.decode("ascii"),
         version=version,
         headers=headers,
-        host=hosts[0].decode("ascii", "replace") if hosts else None,
+        host=f.hosts[0].decode("ascii", "replace") if f.hosts else None,
         body=body,
         content_length=length,
         keep_alive=keep_alive,
         connection_tokens=tokens,
-        expect_continue=expect,
+        expect_continue=f.expect,
     )
+
+
+class _Framing(NamedTuple):
+    """The headers a head's framing and connection handling read, in order of appearance."""
+
+    hosts: list[bytes]
+    lengths: list[bytes]
+    #: Transfer-Encoding codings; an empty field counts as one empty coding
+    codings: list[bytes]
+    connection: list[bytes]
+    expect: bool
+    has_transfer_encoding: bool
+
+
+def _framing(headers: list[tuple[bytes, bytes]], bad: ErrorKind, *, request: bool) -> _Framing:
+    """Sort out the framing headers of a request (Host and Expect too) or a response."""
+    f = _Framing([], [], [], [], False, False)
+    expect = has_te = False
+    for name, value in headers:
+        key = name.lower()
+        if key == b"content-length":
+            f.lengths.append(value)
+        elif key == b"transfer-encoding":
+            has_te = True
+            f.codings.extend(_tokens(value) or [b""])
+        elif key == b"connection":
+            f.connection.extend(_tokens(value))
+        elif request and key == b"host":
+            f.hosts.append(value)
+        elif request and key == b"expect":
+            if value.lower() != b"100-continue":
+                raise HttpParseError(bad, "unsupported Expect")
+            expect = True
+    return f._replace(expect=expect, has_transfer_encoding=has_te)
 
 
 def _request_body(
@@ -277,26 +294,16 @@ def parse_response_head(head: bytes, request_method: str) -> ResponseHead:
     version = (1, int(match.group(1)))
     status = int(match.group(2))
     headers = _split_headers(block, bad)
-    lengths: list[bytes] = []
-    codings: list[bytes] = []
-    conn: list[bytes] = []
-    has_te = False
-    for name, value in headers:
-        key = name.lower()
-        if key == b"content-length":
-            lengths.append(value)
-        elif key == b"transfer-encoding":
-            has_te = True
-            codings.extend(_tokens(value))
-        elif key == b"connection":
-            conn.extend(_tokens(value))
+    f = _framing(headers, bad, request=False)
+    has_te = f.has_transfer_encoding
+    codings = [c for c in f.codings if c]  # an empty field adds no coding to a response's
     length = 0
     if request_method == "HEAD" or status < 200 or status in (204, 304):
         body = BodyKind.NONE
     elif has_te:
         body = BodyKind.CHUNKED if codings and codings[-1] == b"chunked" else BodyKind.CLOSE
-    elif lengths:
-        length = _content_length(lengths, bad)
+    elif f.lengths:
+        length = _content_length(f.lengths, bad)
         body = BodyKind.LENGTH if length else BodyKind.NONE
     else:
         body = BodyKind.CLOSE
@@ -307,6 +314,6 @@ def parse_response_head(head: bytes, request_method: str) -> ResponseHead:
         headers=headers,
         body=body,
         content_length=length,
-        connection_tokens=frozenset(conn),
+        connection_tokens=frozenset(f.connection),
         has_transfer_encoding=has_te,
     )
