@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import urllib.parse
 from dataclasses import dataclass
@@ -45,17 +44,6 @@ def namespaces_work() -> bool:
 
 def _unshare_flags() -> list[str]:
     return ["--mount"] if os.geteuid() == 0 else ["--user", "--map-root-user", "--mount"]
-
-
-def free_port(host: str, preferred: int) -> int:
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise OSError(f"no free port on {host}")
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,11 @@ from raven.demo.prometheus import (
 from raven.demo.prometheus import (
     DemoPrometheus,
     ScrapeSetup,
-    free_port,
     namespaces_work,
     prometheus_binary,
 )
 from raven.demo.shortlink import ShortLink
-from raven.demo.topology import DemoNode, Topology
+from raven.demo.topology import DemoNode, Topology, free_port
 
 log = logging.getLogger(__name__)
 

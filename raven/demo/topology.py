@@ -120,11 +120,16 @@ def build_topology(
 def gpu_port_for(address: str) -> int:
     """9400 (dcgm-exporter's port) when it is free on the demo's loopback addresses, else a free
     port: a real dcgm-exporter on 0.0.0.0:9400 must not stop the demo."""
-    for port in (GPU_PORT, 0):
+    return free_port(address, GPU_PORT)
+
+
+def free_port(host: str, preferred: int) -> int:
+    """``preferred`` when it is free on ``host``, else any free port."""
+    for port in (preferred, 0):
         with socket.socket() as s:
             try:
-                s.bind((address, port))
+                s.bind((host, port))
             except OSError:
                 continue
             return int(s.getsockname()[1])
-    raise OSError(f"demo: no free port on {address}")
+    raise OSError(f"demo: no free port on {host}")
