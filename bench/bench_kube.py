@@ -1,4 +1,4 @@
-"""Benchmark of raven.kube's reflector against the fake API server (tests/fakekube/, real HTTP
+"""Benchmark of raven.kube's reflector against the fake API server (tests/helpers/fakekube/, real HTTP
 and wire format on loopback); prints Markdown.
 
 1. first sync: a paged list (500 per page) of N edge Nodes into the agent's node table;
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from edge_agent.nodes_k8s import KubernetesNodeWatcher  # noqa: E402
 from raven.kube.client import ApiConfig, KubeClient  # noqa: E402
-from tests.fakekube import FakeKube  # noqa: E402
+from tests.helpers.fakekube import FakeKube  # noqa: E402
 
 EDGE = {"raven.io/site": "a"}
 
@@ -103,7 +103,7 @@ def main() -> None:
     base = import_rss_mib("yaml")
     ours = import_rss_mib("yaml, raven.kube.reflector")
     theirs = import_rss_mib("yaml, kubernetes.client, kubernetes.watch, kubernetes.config")
-    print("| reflector against tests/fakekube (loopback) | |")
+    print("| reflector against tests/helpers/fakekube (loopback) | |")
     print("|---|---|")
     print("\n".join(rows))
     print(f"| import: Python + PyYAML | {base:.1f} MiB RSS |")

@@ -44,7 +44,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.netns import Lab, Netns, Proc, missing_prerequisites, wait_until  # noqa: E402
 from tests.e2e.test_l3_netns import (  # noqa: E402
     CLOUD_SUBNETS,
     EDGE_SUBNETS,
@@ -54,6 +53,7 @@ from tests.e2e.test_l3_netns import (  # noqa: E402
     iperf,
     ping,
 )
+from tests.helpers.e2e.netns import Lab, Netns, Proc, missing_prerequisites, wait_until  # noqa: E402
 
 MINIMAL_HOP = Path(__file__).resolve().parent / "l3_minimal_hop.py"
 

@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import bench_l3  # noqa: E402
 
 import tests.e2e.test_l3_netns as l3  # noqa: E402
-from tests.e2e.netns import Lab, Proc, missing_prerequisites  # noqa: E402
 from tests.helpers import python_env  # noqa: E402
+from tests.helpers.e2e.netns import Lab, Proc, missing_prerequisites  # noqa: E402
 
 #: What a copy of the checkout needs to run and to compile (no .git, no caches, no builds).
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.so", ".mypy_cache", "build")

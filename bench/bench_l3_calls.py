@@ -62,7 +62,7 @@ def main() -> int:
     root = args.root.resolve()
     sys.path.insert(0, str(root))
     import tests.e2e.test_l3_netns as l3
-    from tests.e2e.netns import Lab, missing_prerequisites
+    from tests.helpers.e2e.netns import Lab, missing_prerequisites
 
     problems = missing_prerequisites(())
     if problems:

@@ -39,7 +39,7 @@ def main() -> int:
     from raven.l3.build import icmp_echo
     from raven.protocol.events import DatagramReceived
     from raven.transport.tun import MemoryTun
-    from tests.unit.test_connection import connected
+    from tests.helpers.sansio import connected
 
     tun = MemoryTun("ag0", capacity=10)
     tun.on_write = lambda packet: None

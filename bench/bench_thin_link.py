@@ -40,8 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.netns import Lab, Netns, Proc, missing_prerequisites, veth, wait_until  # noqa: E402
 from tests.helpers import python_env, raven_cmd, write_key  # noqa: E402
+from tests.helpers.e2e.netns import Lab, Netns, Proc, missing_prerequisites, veth, wait_until  # noqa: E402
 
 GATEWAY = "10.210.0.1"
 TUNNEL_PORT, PROXY_PORT, ADMIN_PORT, AGENT_ADMIN = 10262, 10264, 10265, 10266

@@ -10,17 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.netns import Lab, cleanup_stale, missing_prerequisites
-from tests.helpers import require
+from tests.helpers.e2e.netns import Lab, cleanup_stale, require_e2e
 
 #: After this long a test's threads' stacks are dumped to stderr (the test goes on).
 HANG_DUMP_S = 240.0
-
-
-def require_e2e(*tools: str) -> None:
-    """Skip the test when not root or a tool is missing (in CI the skip fails the run)."""
-    problems = missing_prerequisites(tools)
-    require(not problems, "e2e prerequisites missing: " + "; ".join(problems))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -23,7 +23,8 @@ import time
 
 import pytest
 
-from tests.e2e.backfill_lab import (
+from tests.helpers import write_key
+from tests.helpers.e2e.backfill_lab import (
     INTERVAL_S,
     JOB,
     NODE_EXPORTER,
@@ -35,9 +36,8 @@ from tests.e2e.backfill_lab import (
     outage,
     start_gateway,
 )
-from tests.e2e.netns import Lab, wait_until
-from tests.e2e.prometheus import Prometheus, static_job
-from tests.helpers import write_key
+from tests.helpers.e2e.netns import Lab, wait_until
+from tests.helpers.e2e.prometheus import Prometheus, static_job
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ def prometheus_log_clean(lab: Lab) -> None:
 
 
 def test_outage_backfilled(lab: Lab) -> None:
-    from tests.e2e.conftest import require_e2e
+    from tests.helpers.e2e.netns import require_e2e
 
     require_e2e("prometheus", "nft", NODE_EXPORTER)
     cloud = lab.netns("bf-cloud")

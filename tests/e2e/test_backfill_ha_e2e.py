@@ -29,7 +29,8 @@ import urllib.parse
 
 import pytest
 
-from tests.e2e.backfill_lab import (
+from tests.helpers import write_key
+from tests.helpers.e2e.backfill_lab import (
     INTERVAL_S,
     JOB,
     NODE_EXPORTER,
@@ -42,9 +43,8 @@ from tests.e2e.backfill_lab import (
     samples_per_series,
     start_gateway,
 )
-from tests.e2e.netns import Lab, Netns, veth, wait_until
-from tests.e2e.prometheus import Prometheus, duration, static_job
-from tests.helpers import write_key
+from tests.helpers.e2e.netns import Lab, Netns, veth, wait_until
+from tests.helpers.e2e.prometheus import Prometheus, duration, static_job
 
 pytestmark = pytest.mark.e2e
 
@@ -117,7 +117,7 @@ def pair_scraping_two_sites(
 
 
 def test_ha_pair_each_replica_backfilled_into_its_own_storage(lab: Lab) -> None:
-    from tests.e2e.conftest import require_e2e
+    from tests.helpers.e2e.netns import require_e2e
 
     require_e2e("prometheus", "nft", NODE_EXPORTER)
     cloud = lab.netns("ha-cloud")
@@ -150,7 +150,7 @@ def vm_counts(cloud: Netns, selector: str, at: float) -> dict[str, int]:
 def test_ha_pair_into_one_shared_receiver_is_written_once(lab: Lab) -> None:
     """The same pair, both jobs, backfill into one shared VictoriaMetrics (no deduplication
     configured): each series of the outage is there once, one sample per interval, not two."""
-    from tests.e2e.conftest import require_e2e
+    from tests.helpers.e2e.netns import require_e2e
 
     require_e2e("prometheus", "nft", NODE_EXPORTER, VICTORIA)
     cloud = lab.netns("sh-cloud")

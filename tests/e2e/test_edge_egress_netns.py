@@ -32,12 +32,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import require_e2e
-from tests.e2e.netns import Lab, Netns, Proc, sh, veth, wait_until
-from tests.e2e.nginx import NGINX, start_nginx
-from tests.e2e.prometheus import Prometheus, static_job
 from tests.helpers import python_env, raven_cmd, write_key
 from tests.helpers.certs import make_ca
+from tests.helpers.e2e.netns import Lab, Netns, Proc, require_e2e, sh, veth, wait_until
+from tests.helpers.e2e.nginx import NGINX, start_nginx
+from tests.helpers.e2e.prometheus import Prometheus, static_job
 
 pytestmark = pytest.mark.e2e
 

@@ -36,8 +36,8 @@ import pytest
 import yaml
 
 from gpu_exporter.simulated import MODELS, SHARING_MODES, SimulatedBackend, tenants_of
-from tests.e2e.prometheus import api_data, static_job, vector
 from tests.helpers import free_ports, require
+from tests.helpers.e2e.prometheus import api_data, static_job, vector
 
 pytestmark = pytest.mark.e2e
 

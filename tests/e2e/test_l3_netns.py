@@ -34,10 +34,9 @@ from raven.keys import encode_key, generate_private_key, public_key, write_priva
 from raven.l3 import parse_packet
 from raven.l3.build import udp_packet
 from raven.transport.tun import LinuxTun
-from tests.e2e.conftest import require_e2e
-from tests.e2e.netns import Lab, Netns, Proc, run_in_netns, veth, wait_until
-from tests.e2e.prometheus import Prometheus, parse_exposition, static_job
 from tests.helpers import REPO_ROOT, python_env, raven_cmd, require
+from tests.helpers.e2e.netns import Lab, Netns, Proc, require_e2e, run_in_netns, veth, wait_until
+from tests.helpers.e2e.prometheus import Prometheus, parse_exposition, static_job
 
 EDGE_SUBNETS = ["192.168.50.0/24", "fd00:50::/64"]
 CLOUD_SUBNETS = ["10.1.0.0/24", "fd00:1::/64"]

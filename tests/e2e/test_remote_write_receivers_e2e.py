@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.netns import Lab, Netns, wait_until
-from tests.e2e.nginx import NGINX, start_nginx
-from tests.e2e.prometheus import PROMETHEUS_BIN, Prometheus
 from tests.helpers import python_env, write_key
 from tests.helpers.certs import make_ca
+from tests.helpers.e2e.netns import Lab, Netns, wait_until
+from tests.helpers.e2e.nginx import NGINX, start_nginx
+from tests.helpers.e2e.prometheus import PROMETHEUS_BIN, Prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -117,7 +117,7 @@ def vm_count(ns: Netns, metric: str) -> int:
 
 
 def test_authenticated_receivers_prometheus_and_victoriametrics(lab: Lab) -> None:
-    from tests.e2e.conftest import require_e2e
+    from tests.helpers.e2e.netns import require_e2e
 
     require_e2e(PROMETHEUS_BIN, VICTORIA, NGINX)
     ns = lab.netns("rw")

@@ -19,12 +19,8 @@ the other site stays up) and restarted (everything back up).
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,27 +34,39 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from tests.e2e.conftest import require_e2e
-from tests.e2e.netns import HttpResult, Lab, Netns, NetnsError, Proc, veth, wait_until
-from tests.e2e.prometheus import (
+from tests.helpers import python_env, raven_cmd, write_key
+from tests.helpers.e2e.netns import (
+    HttpResult,
+    Lab,
+    Netns,
+    NetnsError,
+    Proc,
+    require_e2e,
+    veth,
+    wait_until,
+)
+from tests.helpers.e2e.prometheus import (
     Prometheus,
     http_sd_job,
     parse_exposition,
     static_job,
     write_textfile,
 )
-from tests.helpers import python_env, raven_cmd, require, write_key
+from tests.helpers.e2e.raven_lab import (
+    ADMIN,
+    PROMETHEUS,
+    PROXY_PORT,
+    TUNNEL_PORT,
+    check_components,
+    hosts_cmd,
+)
 
 pytestmark = pytest.mark.e2e
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 DNSMASQ = "/usr/sbin/dnsmasq"
-PROMETHEUS = "/usr/bin/prometheus"
 
 SERVICE_IP = "10.96.0.10"  # the gateway "Service" the hosts file points names at
-PROXY_PORT = 10264
-TUNNEL_PORT = 10262
-ADMIN = ("127.0.0.1", 10265)
 PROM_LISTEN = "127.0.0.1:9090"
 GPU_METRIC = "DCGM_FI_DEV_FB_USED"  # a gauge every simulated GPU serves
 UP_TIMEOUT_S = 60.0
@@ -131,29 +139,6 @@ def make_sites() -> list[Site]:
 
 
 # --- commands --------------------------------------------------------------------------------
-
-
-@functools.cache
-def raven_subcommands() -> frozenset[str]:
-    """The subcommands ``raven --help`` lists (one call: each start costs a second)."""
-    out = subprocess.run(
-        [*raven_cmd(), "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
-    words = re.findall(r"^ {4}([a-z][a-z0-9-]+)(?:\s|$)", out.stdout, re.MULTILINE)
-    return frozenset(words)
-
-
-def hosts_cmd() -> list[str]:
-    """``raven coredns-hosts`` once it is wired into the CLI, else its module."""
-    if "coredns-hosts" in raven_subcommands():
-        return [*raven_cmd(), "coredns-hosts"]
-    return [sys.executable, "-m", "coredns_hosts"]
-
-
-def check_components() -> None:
-    """The Raven parts this test drives must exist."""
-    missing = [c for c in ("gateway", "agent", "gpu-exporter") if c not in raven_subcommands()]
-    require(not missing, f"raven subcommand(s) missing: {', '.join(missing)}")
 
 
 # --- building the lab ------------------------------------------------------------------------

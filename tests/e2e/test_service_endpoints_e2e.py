@@ -3,7 +3,7 @@ only on a pod-like address behind a Service (upstream dcgm-exporter's layout: Cl
 Service, no hostNetwork): the agent resolves ``node:9400`` to the Service's endpoint on that
 node from a Kubernetes API.
 
-A real kube-apiserver cannot run here: the project's fake API server (tests/fakekube/, real
+A real kube-apiserver cannot run here: the project's fake API server (tests/helpers/fakekube/, real
 wire format) serves the Service and its EndpointSlice, from a thread switched into the agent's
 namespace.
 
@@ -25,20 +25,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import require_e2e
-from tests.e2e.netns import Lab, enter_netns, veth
-from tests.e2e.prometheus import Prometheus, http_sd_job, static_job
-from tests.e2e.test_scrape_e2e import (
-    ADMIN,
-    PROMETHEUS,
-    PROXY_PORT,
-    TUNNEL_PORT,
-    check_components,
-    python_env,
-    raven_cmd,
-    write_key,
-)
-from tests.fakekube import FakeKube, make_endpoint_slice, make_exporter_service
+from tests.helpers import python_env, raven_cmd, write_key
+from tests.helpers.e2e.netns import Lab, enter_netns, require_e2e, veth
+from tests.helpers.e2e.prometheus import Prometheus, http_sd_job, static_job
+from tests.helpers.e2e.raven_lab import ADMIN, PROMETHEUS, PROXY_PORT, TUNNEL_PORT, check_components
+from tests.helpers.fakekube import FakeKube, make_endpoint_slice, make_exporter_service
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ This module: free ports, keys and configs, an echo server, polling (``wait_for``
 - ``tunnel``: a gateway listener plus agent links on loopback (the ``site`` fixture);
 - ``proxy``: the L7 proxy, its targets and openers on loopback (the ``target_port`` fixture);
 - ``dnsmasq``: a real DNS server on loopback;
-- ``kube``: a kubeconfig file (the fake API server itself is tests/fakekube);
+- ``kube``: a kubeconfig file (the fake API server itself is tests/helpers/fakekube);
 - ``apps``: the gateway and agent applications together on loopback.
 """
 

@@ -1,4 +1,4 @@
-"""A kubeconfig file for the Kubernetes tests (the fake API server is tests/fakekube)."""
+"""A kubeconfig file for the Kubernetes tests (the fake API server is tests/helpers/fakekube)."""
 
 from __future__ import annotations
 

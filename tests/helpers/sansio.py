@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from raven.protocol.connection import TunnelConnection
-from raven.protocol.events import Event, StreamAccepted, StreamOpened
+from raven.protocol.connection import Role, TunnelConnection
+from raven.protocol.events import Event, HandshakeCompleted, StreamAccepted, StreamOpened
+from raven.protocol.handshake import ReplayGuard
+from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer
+from raven.protocol.noise import generate_keypair
 
 
 def events(source: TunnelConnection | Multiplexer) -> list[Event]:
@@ -38,3 +41,46 @@ def open_stream(agent: TunnelConnection, gateway: TunnelConnection) -> int:
     pump(agent, gateway)
     assert events(gateway)[0] == StreamAccepted(sid)
     return sid
+
+
+T0_NS = 1_790_000_000 * 10**9
+AGENT_PRIV, AGENT_PUB = generate_keypair()
+GW_PRIV, GW_PUB = generate_keypair()
+LIMITS = Limits(stream_window_bytes=256 * 1024)
+
+
+def make_agent(
+    limits: Limits = LIMITS,
+    now: float = 0.0,
+    gateway_pub: bytes = GW_PUB,
+    wall_time_ns: int = T0_NS,
+) -> TunnelConnection:
+    return TunnelConnection(
+        role=Role.INITIATOR,
+        static_private=AGENT_PRIV,
+        limits=limits,
+        now=now,
+        remote_static=gateway_pub,
+        wall_time_ns=wall_time_ns,
+    )
+
+
+def make_gateway(
+    limits: Limits = LIMITS, now: float = 0.0, replay_guard: ReplayGuard | None = None
+) -> TunnelConnection:
+    return TunnelConnection(
+        role=Role.RESPONDER,
+        static_private=GW_PRIV,
+        limits=limits,
+        now=now,
+        authorize=lambda key: key == AGENT_PUB,
+        replay_guard=replay_guard,
+    )
+
+
+def connected(limits: Limits = LIMITS) -> tuple[TunnelConnection, TunnelConnection]:
+    agent, gateway = make_agent(limits), make_gateway(limits)
+    pump(agent, gateway)
+    assert events(agent) == [HandshakeCompleted(GW_PUB)]
+    assert events(gateway) == [HandshakeCompleted(AGENT_PUB)]
+    return agent, gateway

@@ -20,7 +20,7 @@ from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
 from raven.transport.tunnel import Tunnel
 from tests.helpers import KeyPair, start_echo_server, wait_for
-from tests.unit.test_connection import make_agent, make_gateway
+from tests.helpers.sansio import make_agent, make_gateway
 
 LIMITS = Limits(keepalive_interval_s=0.5, dead_peer_timeout_s=2.0, drain_timeout_s=1.0)
 

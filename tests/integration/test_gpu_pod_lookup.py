@@ -14,7 +14,7 @@ from gpu_exporter.backend import PodRef
 from gpu_exporter.kube_pods import ApiServerPodLookup, pod_list_fetcher
 from gpu_exporter.process_mapping import CgroupRef
 from raven.kube.client import ApiConfig
-from tests.fakekube import FakeKube
+from tests.helpers.fakekube import FakeKube
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from coredns_hosts.sources.kubernetes import KubernetesSource
 from prometheus_client import CollectorRegistry
 
 from raven.kube.client import ApiConfig, KubeClient
-from tests.fakekube import FakeKube
 from tests.helpers import wait_for
+from tests.helpers.fakekube import FakeKube
 
 pytestmark = pytest.mark.integration
 

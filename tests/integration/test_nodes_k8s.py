@@ -1,4 +1,4 @@
-"""KubernetesNodeWatcher (raven.kube's reflector) against tests/fakekube/ over real HTTP."""
+"""KubernetesNodeWatcher (raven.kube's reflector) against tests/helpers/fakekube/ over real HTTP."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from edge_agent.nodes_k8s import KubernetesNodeWatcher, start_node_source
 from raven.config.agent import KubernetesNodeSource
 from raven.kube.client import ApiConfig, KubeClient
-from tests.fakekube import FakeKube, make_node
 from tests.helpers import KeyPair, agent_config, gateway_config, wait_for
 from tests.helpers.apps import gateway_and_agent
+from tests.helpers.fakekube import FakeKube, make_node
 from tests.helpers.kube import write_kubeconfig
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,8 @@
 """Edge targets that exist: a scrape of ``node:port`` reaches the port where it really is on
 that node - the node's own address when something listens there, else the ready endpoint of a
 configured Service on that node (EndpointSlices by nodeName), as with upstream dcgm-exporter's
-ClusterIP Service. Against tests/fakekube/ over real HTTP, with the real gateway and agent."""
+ClusterIP Service. Against tests/helpers/fakekube/ over real HTTP, with the real gateway and
+agent."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from aiohttp import web
 from edge_agent.service_endpoints import ServiceEndpoints, start_service_endpoints
 from raven.config.source import ConfigError
 from raven.kube.client import ApiConfig, KubeClient
-from tests.fakekube import FakeKube, make_endpoint_slice, make_exporter_service
 from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
 from tests.helpers.apps import gateway_and_agent
+from tests.helpers.fakekube import FakeKube, make_endpoint_slice, make_exporter_service
 from tests.helpers.kube import write_kubeconfig
 
 pytestmark = pytest.mark.integration

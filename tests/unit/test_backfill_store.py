@@ -10,22 +10,8 @@ import textwrap
 from pathlib import Path
 
 from edge_agent.backfill.learn import Target
-from edge_agent.backfill.store import BufferStore
 from raven.backfill.wire import Sample, Scrape
-
-MIB = 1024 * 1024
-
-
-def scrape(ts_ms: int, n: int = 3, node: str = "edge-gpu-1", salt: int = 0) -> Scrape:
-    samples: list[Sample] = [
-        (f"metric_{i}", (("gpu", str(i)), ("salt", str(salt))), float(ts_ms + i), None)
-        for i in range(n)
-    ]
-    return Scrape(node, 9400, "/metrics", ts_ms, tuple(samples))
-
-
-def open_store(path: Path, max_bytes: int = 8 * MIB, max_age_s: float = 3600.0) -> BufferStore:
-    return BufferStore(path / "b.sqlite3", max_bytes=max_bytes, max_age_s=max_age_s)
+from tests.helpers.backfill_store import MIB, open_store, scrape
 
 
 def test_rows_come_back_in_order_and_are_deleted_on_ack(tmp_path: Path) -> None:
@@ -128,7 +114,7 @@ def test_what_was_stored_survives_kill_9(tmp_path: Path) -> None:
         import sys
         sys.path[:0] = {[str(Path.cwd())]!r}
         from pathlib import Path
-        from tests.unit.test_backfill_store import open_store, scrape
+        from tests.helpers.backfill_store import open_store, scrape
         store = open_store(Path({str(tmp_path)!r}))
         ts = 0
         while True:

@@ -19,7 +19,7 @@ from raven.protocol.datagram_path import datagram_header, lone_datagram, split_d
 from raven.protocol.events import ConnectionTerminated, DatagramReceived
 from raven.protocol.frames import DatagramFrame, PingFrame, encode_frame
 from raven.protocol.lifecycle import TunnelState
-from tests.unit.test_connection import LIMITS, connected, events, make_agent, open_stream, pump
+from tests.helpers.sansio import LIMITS, connected, events, make_agent, open_stream, pump
 
 PACKET = b"\x45" + bytes(83)  # a ping's size
 

@@ -25,8 +25,8 @@ from raven.protocol.frames import (
 )
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer
-from tests.unit.test_connection import connected, events, pump
-from tests.unit.test_mux import LIMITS
+from tests.helpers.mux import LIMITS
+from tests.helpers.sansio import connected, events, pump
 
 
 def datagram(data: bytes) -> bytes:

@@ -18,7 +18,7 @@ from gpu_exporter.cli import build_exporter
 from gpu_exporter.exposition import HOSTNAME_LABELS, LABEL_MODES
 from raven.cli import build_parser
 from tests.helpers import load_script
-from tests.unit.test_deploy_common import ROOT
+from tests.helpers.deploy import ROOT
 
 ADAPTER = ROOT / "deploy" / "prometheus-adapter"
 

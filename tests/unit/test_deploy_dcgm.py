@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from tests.unit.test_deploy_common import ROOT
+from tests.helpers.deploy import ROOT
 
 DCGM = ROOT / "deploy" / "dcgm-exporter"
 #: The keys of NVIDIA's dcgm-exporter chart (deployment/values.yaml) these files set.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cloud_gateway.proxy.errors import ErrorKind
-from tests.unit.test_deploy_grafana import defined_metrics
+from tests.helpers.metrics import defined_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

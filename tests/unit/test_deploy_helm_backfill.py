@@ -19,8 +19,7 @@ from raven.config.agent import load_agent_config
 from raven.config.backfill import BackfillJob
 from raven.config.gateway import load_gateway_config
 from raven.config.remote_write import RemoteWriteConfig, RemoteWriteTlsConfig
-from tests.unit.test_deploy_common import ROOT, container, find, pod_spec
-from tests.unit.test_deploy_helm import (
+from tests.helpers.chart import (
     CHART,
     VARIANTS,
     documented_backfill_values,
@@ -28,6 +27,7 @@ from tests.unit.test_deploy_helm import (
     render,
     two_sites,
 )
+from tests.helpers.deploy import ROOT, container, find, pod_spec
 
 BACKFILL = sorted(n for n in VARIANTS if "backfill" in n)
 DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())

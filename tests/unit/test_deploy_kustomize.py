@@ -21,7 +21,7 @@ import yaml
 from coredns_hosts.sources.kubernetes import DEFAULT_SERVICE
 
 from tests.helpers import load_script
-from tests.unit.test_deploy_common import (
+from tests.helpers.deploy import (
     ROOT,
     check_workloads,
     container,

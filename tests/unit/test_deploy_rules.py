@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 
 from tests.helpers import require
-from tests.unit.test_deploy_common import ROOT
-from tests.unit.test_deploy_helm import kube_prometheus_stack, render
+from tests.helpers.chart import kube_prometheus_stack, render
+from tests.helpers.deploy import ROOT
 
 PROMTOOL = "/usr/bin/promtool"  # the prometheus Debian package (scripts/setup)
 

@@ -1,6 +1,6 @@
-"""tests/e2e/capture.py without a network: frames parsed, TCP segments reassembled in sequence
-order (out of order, retransmitted, with a hole), and a tunnel's message 1 found by its framing
-in a real agent's first bytes."""
+"""tests/helpers/e2e/capture.py without a network: frames parsed, TCP segments reassembled in
+sequence order (out of order, retransmitted, with a hole), and a tunnel's message 1 found by its
+framing in a real agent's first bytes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from raven.protocol.constants import MAGIC
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
 from raven.protocol.suites import PREAMBLE_BYTES
-from tests.e2e.capture import ETH_P_IP, Flow, Segments, handshake_message_1, parse_tcp
+from tests.helpers.e2e.capture import ETH_P_IP, Flow, Segments, handshake_message_1, parse_tcp
 
 SRC, DST = "10.200.2.2", "10.96.0.2"
 

@@ -18,7 +18,7 @@ from gpu_exporter.dcgm_backend import (
     open_dcgm_backend,
 )
 from gpu_exporter.nvml_backend import NvmlBackend
-from tests.unit.gpu_fake_nvml import MIB, FakeGpu, FakeMig, make_fake_nvml
+from tests.helpers.fake_nvml import MIB, FakeGpu, FakeMig, make_fake_nvml
 
 FE_GPU, FE_GPU_I = 1, 6
 FIELD_IDS = {name: 1000 + i for i, name in enumerate(PROFILING)}

@@ -8,7 +8,7 @@ import pytest
 from gpu_exporter.backend import BackendUnavailableError
 from gpu_exporter.counters import FIELDS
 from gpu_exporter.nvml_backend import NvmlBackend
-from tests.unit.gpu_fake_nvml import MIB, FakeGpu, FakeMig, FakeProcess, FakeState, make_fake_nvml
+from tests.helpers.fake_nvml import MIB, FakeGpu, FakeMig, FakeProcess, FakeState, make_fake_nvml
 
 ALL = frozenset(FIELDS) - {"DCGM_FI_DRIVER_VERSION"}
 

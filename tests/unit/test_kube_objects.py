@@ -24,7 +24,7 @@ from raven.kube.objects import (
     service_ports,
 )
 from raven.protocol.names import is_valid_node_name
-from tests.fakekube import field_selector_matches, make_node, selector_matches
+from tests.helpers.fakekube import field_selector_matches, make_node, selector_matches
 
 
 def _node(name: str = "edge-gpu-1", ips: list[str] | None = None, rv: str = "7") -> dict[str, Any]:

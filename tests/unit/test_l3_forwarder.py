@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 from edge_agent.tun import TunForwarder
 from raven.l3.build import TCP_SYN, mss_option, tcp_packet, udp_packet
 from raven.transport.tun import MemoryTun
-from tests.unit.test_l3_router import Sink, sample
+from tests.helpers import sample
+from tests.helpers.l3 import Sink
 
 CLOUD = ipaddress.IPv4Address("10.1.0.2")
 EDGE = ipaddress.IPv4Address("192.168.50.7")
@@ -174,7 +175,7 @@ async def test_agent_setup_follows_tunnels_of_links() -> None:
     from edge_agent.tun.setup import start_agent_l3
     from raven.config.common import TunConfig
     from raven.transport.netconfig import NetConfig
-    from tests.unit.test_l3_router import FakeIp
+    from tests.helpers.l3 import FakeIp
 
     ip = FakeIp()
     tun = MemoryTun("raven0")

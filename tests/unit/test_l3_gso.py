@@ -15,9 +15,7 @@ from raven.l3 import parse_packet
 from raven.l3.build import TCP_ACK, tcp_packet, udp_packet
 from raven.l3.gso import MAX_SUPER_PACKET_BYTES, complete_checksum, segment_tcp, split_super_packet
 from raven.transport.tun import MemoryTun, write_packet
-from tests.unit.test_l3_mss import tcp_checksum_ok
-from tests.unit.test_l3_packet import oracle_sum
-from tests.unit.test_l3_router import Sink
+from tests.helpers.l3 import Sink, oracle_sum, tcp_checksum_ok
 
 A4 = ipaddress.IPv4Address("10.1.0.2")
 B4 = ipaddress.IPv4Address("192.168.50.7")

@@ -9,7 +9,7 @@ import pytest
 from raven.l3 import IcmpRateLimiter, build_too_big, build_unreachable, parse_packet
 from raven.l3.build import icmp_echo, ip_packet, tcp_packet, udp_packet
 from raven.l3.packet import PROTO_ICMP, PROTO_ICMPV6
-from tests.unit.test_l3_packet import oracle_sum
+from tests.helpers.l3 import oracle_sum
 
 A4 = ipaddress.IPv4Address("10.1.0.2")
 B4 = ipaddress.IPv4Address("192.168.50.7")

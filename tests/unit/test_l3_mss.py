@@ -9,23 +9,12 @@ from hypothesis import strategies as st
 
 from raven.l3 import clamp_mss, fit_mtu, fragment_ipv4, mss_for_mtu, parse_packet
 from raven.l3.build import TCP_ACK, TCP_SYN, mss_option, tcp_packet, udp_packet
-from raven.l3.packet import PROTO_TCP
-from tests.unit.test_l3_packet import oracle_sum
+from tests.helpers.l3 import oracle_sum, tcp_checksum_ok
 
 A4 = ipaddress.IPv4Address("10.1.0.2")
 B4 = ipaddress.IPv4Address("192.168.50.7")
 A6 = ipaddress.IPv6Address("fd00:1::2")
 B6 = ipaddress.IPv6Address("fd00:50::7")
-
-
-def tcp_checksum_ok(pkt: bytes) -> bool:
-    info = parse_packet(pkt)
-    seg = pkt[info.l4_offset :]
-    if info.version == 4:
-        pseudo = pkt[12:20] + bytes((0, PROTO_TCP)) + len(seg).to_bytes(2, "big")
-    else:
-        pseudo = pkt[8:40] + len(seg).to_bytes(4, "big") + bytes((0, 0, 0, PROTO_TCP))
-    return oracle_sum(pseudo + seg) == 0xFFFF
 
 
 def mss_of(pkt: bytes) -> int:

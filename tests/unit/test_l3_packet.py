@@ -12,22 +12,12 @@ from raven.l3 import MalformedPacket, PacketInfo, parse_packet
 from raven.l3.build import TCP_SYN, icmp_echo, ip_packet, tcp_packet, udp_packet
 from raven.l3.checksum import internet_checksum, ones_sum, pseudo_header_sum
 from raven.l3.packet import PROTO_ICMPV6, PROTO_TCP, PROTO_UDP
+from tests.helpers.l3 import oracle_sum
 
 A4 = ipaddress.IPv4Address("10.1.0.2")
 B4 = ipaddress.IPv4Address("192.168.50.7")
 A6 = ipaddress.IPv6Address("fd00:1::2")
 B6 = ipaddress.IPv6Address("fd00:50::7")
-
-
-def oracle_sum(data: bytes) -> int:
-    """RFC 1071, the slow obvious way."""
-    if len(data) % 2:
-        data += b"\0"
-    total = 0
-    for i in range(0, len(data), 2):
-        total += (data[i] << 8) | data[i + 1]
-        total = (total & 0xFFFF) + (total >> 16)
-    return total
 
 
 def test_ipv4_udp_fields() -> None:

@@ -16,23 +16,13 @@ from raven.l3.build import TCP_SYN, mss_option, tcp_packet, udp_packet
 from raven.transport.netconfig import NetConfig
 from raven.transport.tun import MemoryTun
 from tests.helpers import sample
+from tests.helpers.l3 import FakeIp, Sink
 
 CLOUD = ipaddress.IPv4Address("10.1.0.2")
 EDGE = ipaddress.IPv4Address("192.168.50.7")
 CLOUD6 = ipaddress.IPv6Address("fd00:1::2")
 EDGE6 = ipaddress.IPv6Address("fd00:50::7")
 net = ipaddress.ip_network
-
-
-class Sink:
-    def __init__(self, accept: bool = True) -> None:
-        self.packets: list[bytes] = []
-        self.accept = accept
-
-    def __call__(self, packet: bytes) -> bool:
-        if self.accept:
-            self.packets.append(packet)
-        return self.accept
 
 
 async def make(mtu: int = 1380) -> tuple[L3Router, MemoryTun, CollectorRegistry]:
@@ -176,17 +166,6 @@ async def test_icmp_is_rate_limited() -> None:
         tun.inject(udp_packet(CLOUD, EDGE, 1, 2, b"x"))
     assert len(tun.take_written()) == 3
     assert sample(reg, "raven_l3_drops_total", reason="no_route") == 10
-
-
-class FakeIp:
-    def __init__(self) -> None:
-        self.commands: list[list[str]] = []
-
-    async def __call__(self, argv: Sequence[str]) -> tuple[int, str]:
-        self.commands.append(list(argv))
-        if argv[3] == "del" and "fd00:bad::/64" in argv:
-            return 2, "RTNETLINK answers: Operation not permitted"
-        return 0, ""
 
 
 async def test_kernel_routes_follow_ports() -> None:

@@ -26,8 +26,7 @@ from raven.protocol.frames import (
     parse_frames,
 )
 from raven.protocol.lifecycle import TunnelState
-from tests.helpers.sansio import events, pump
-from tests.unit.test_connection import connected
+from tests.helpers.sansio import connected, events, pump
 
 DATA = int(FrameType.DATA)
 

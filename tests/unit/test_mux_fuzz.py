@@ -32,7 +32,8 @@ from raven.protocol.frames import (
 )
 from raven.protocol.mux import Multiplexer
 from raven.protocol.streams import StreamState
-from tests.unit.test_mux import LIMITS, Pair, events
+from tests.helpers.mux import LIMITS, Pair
+from tests.helpers.sansio import events
 
 # --------------------------------------------------------------------------- fuzz
 

@@ -25,7 +25,8 @@ from raven.protocol.frames import (
     parse_frames,
 )
 from raven.protocol.limits import Limits
-from tests.unit.test_mux import LIMITS, Pair, events, received
+from tests.helpers.mux import LIMITS, Pair, received
+from tests.helpers.sansio import events
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: edge-gpu-1:9400\r\n\r\n"
 

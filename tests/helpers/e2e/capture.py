@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from raven.protocol.constants import MAGIC
 from raven.protocol.suites import PREAMBLE_BYTES
-from tests.e2e.netns import Netns, run_in_netns
+from tests.helpers.e2e.netns import Netns, run_in_netns
 
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800

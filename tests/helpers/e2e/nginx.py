@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.netns import Lab, Netns, Proc
+from tests.helpers.e2e.netns import Lab, Netns, Proc
 
 NGINX = "/usr/sbin/nginx"
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.netns import Lab, Netns, Proc, veth, wait_until
-from tests.e2e.prometheus import Prometheus, write_textfile
 from tests.helpers import python_env, raven_cmd, write_key
+from tests.helpers.e2e.netns import Lab, Netns, Proc, veth, wait_until
+from tests.helpers.e2e.prometheus import Prometheus, write_textfile
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 PROXY_PORT = 10264

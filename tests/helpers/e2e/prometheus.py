@@ -1,7 +1,7 @@
 """A real Prometheus server (Debian's /usr/bin/prometheus) inside a namespace, for e2e tests.
 
 :class:`Prometheus` writes a config from scrape jobs, starts the server in a
-:class:`~tests.e2e.netns.Netns` (through ``ip netns exec``, so the namespace's
+:class:`~tests.helpers.e2e.netns.Netns` (through ``ip netns exec``, so the namespace's
 /etc/netns/<ns>/resolv.conf is its DNS), and queries its HTTP API from the test process.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.netns import Lab, Netns, Proc, wait_until
+from tests.helpers.e2e.netns import Lab, Netns, Proc, wait_until
 
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 

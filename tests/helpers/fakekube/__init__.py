@@ -28,15 +28,15 @@ and an event history. What it implements, as the apiserver does:
 Every request is recorded in :attr:`FakeKube.requests` so tests can check what a client sent.
 """
 
-from tests.fakekube.objects import (
+from tests.helpers.fakekube.objects import (
     make_endpoint_slice,
     make_exporter_service,
     make_node,
     make_service,
     status,
 )
-from tests.fakekube.selectors import field_selector_matches, selector_matches
-from tests.fakekube.server import FakeKube
+from tests.helpers.fakekube.selectors import field_selector_matches, selector_matches
+from tests.helpers.fakekube.server import FakeKube
 
 __all__ = [
     "FakeKube",

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from tests.helpers import require
 from tests.helpers.threads import ThreadDidNotReturn, call_in_thread
 
 T = TypeVar("T")
@@ -542,3 +543,9 @@ def lab(workdir: Path) -> Iterator[Lab]:
         yield the_lab
     finally:
         the_lab.close()
+
+
+def require_e2e(*tools: str) -> None:
+    """Skip the test when not root or a tool is missing (in CI the skip fails the run)."""
+    problems = missing_prerequisites(tools)
+    require(not problems, "e2e prerequisites missing: " + "; ".join(problems))

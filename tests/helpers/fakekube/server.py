@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from tests.fakekube.objects import CREATED, make_node, make_service, status, status_response
-from tests.fakekube.selectors import field_selector_matches, labels_of, selector_matches
+from tests.helpers.fakekube.objects import CREATED, make_node, make_service, status, status_response
+from tests.helpers.fakekube.selectors import field_selector_matches, labels_of, selector_matches
 
 T = TypeVar("T")
 
