@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT))
 from cloud_gateway.registry import Registry  # noqa: E402
 from cloud_gateway.tunnel_listener import TunnelListener  # noqa: E402
 from raven.config.gateway import AuthorisedAgent  # noqa: E402
-from raven.metrics import TunnelMetrics  # noqa: E402
 from raven.protocol.limits import Limits  # noqa: E402
-from raven.service import freeze_startup_objects  # noqa: E402
+from raven.runtime.service import freeze_startup_objects  # noqa: E402
+from raven.telemetry.metrics import TunnelMetrics  # noqa: E402
 from tests.helpers import KeyPair  # noqa: E402
 from tests.helpers.hostile_agent import (  # noqa: E402
     ATTACKS,

@@ -205,8 +205,8 @@ async def role_agents(spec_path: str, first: int, count: int) -> None:
     from edge_agent.relay import Relay
     from raven.config.agent import auto_suites
     from raven.keys import decode_key, read_private_key_file
-    from raven.metrics import TunnelMetrics
     from raven.protocol.limits import Limits
+    from raven.telemetry.metrics import TunnelMetrics
 
     spec = json.loads(Path(spec_path).read_text())
     gateway_public = decode_key(spec["gateway_public_key"])

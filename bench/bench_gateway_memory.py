@@ -112,7 +112,7 @@ def main() -> None:
         type=float,
         default=40.0,
         help="wait after registration: idle tunnels trim on their next keepalive (5 s) and "
-        "the process returns freed heap every 30 s (raven.heap)",
+        "the process returns freed heap every 30 s (raven.runtime.heap)",
     )
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -31,8 +31,8 @@ from cloud_gateway.tunnel_listener import TunnelListener  # noqa: E402
 from edge_agent.dialer import Dialer  # noqa: E402
 from edge_agent.gateway_link import DialSettings, GatewayLink  # noqa: E402
 from raven.config.gateway import AuthorisedAgent  # noqa: E402
-from raven.metrics import TunnelMetrics  # noqa: E402
 from raven.protocol.limits import Limits  # noqa: E402
+from raven.telemetry.metrics import TunnelMetrics  # noqa: E402
 from tests.helpers import KeyPair  # noqa: E402
 from tests.helpers.balancer import RandomBalancer  # noqa: E402
 

@@ -83,9 +83,9 @@ async def role_gateway(port: int, tunnel_port: int, keydir: str, source_port: in
     from cloud_gateway.tunnel_listener import TunnelListener
     from raven.config.gateway import AuthorisedAgent
     from raven.keys import encode_key, public_key, read_private_key_file
-    from raven.metrics import TunnelMetrics
     from raven.protocol.limits import Limits
     from raven.protocol.suites import Suite
+    from raven.telemetry.metrics import TunnelMetrics
     from raven.transport.stream import StreamResetError
 
     gw = read_private_key_file(Path(keydir) / "gw.key")
@@ -128,9 +128,9 @@ async def role_agent(tunnel_port: int, keydir: str, source_port: int, cipher: st
     from edge_agent.gateway_link import DialSettings, GatewayLink
     from edge_agent.relay import Relay
     from raven.keys import public_key, read_private_key_file
-    from raven.metrics import TunnelMetrics
     from raven.protocol.limits import Limits
     from raven.protocol.suites import suite_by_name
+    from raven.telemetry.metrics import TunnelMetrics
 
     gw_pub = public_key(read_private_key_file(Path(keydir) / "gw.key"))
     agent = read_private_key_file(Path(keydir) / "agent.key")

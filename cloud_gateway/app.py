@@ -22,12 +22,12 @@ from raven.config import defaults
 from raven.config.gateway import GatewayConfig, load_gateway_config
 from raven.config.loader import ConfigError
 from raven.keys import KeyError_, decode_key, read_private_key_file
-from raven.loop_lag import LoopLagProbe
-from raven.metrics import TunnelMetrics
-from raven.process_metrics import process_registry
-from raven.promclient import generate_text_off_loop
 from raven.protocol.codes import CloseCode
-from raven.service import run_until_signalled
+from raven.runtime.service import run_until_signalled
+from raven.telemetry.loop_lag import LoopLagProbe
+from raven.telemetry.metrics import TunnelMetrics
+from raven.telemetry.process_metrics import process_registry
+from raven.telemetry.promclient import generate_text_off_loop
 from raven.transport.tunnel import Tunnel, TunnelStream
 from raven.version import version
 

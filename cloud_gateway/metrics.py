@@ -1,4 +1,5 @@
-"""Gateway-level metrics (the tunnel's are in raven.metrics, the proxy's in proxy/metrics)."""
+"""Gateway-level metrics (the tunnel's are in raven.telemetry.metrics, the proxy's in
+proxy/metrics)."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from raven.config.gateway import AuthorisedAgent
 from raven.keys import encode_key, key_id
-from raven.logs import fields
-from raven.metrics import TunnelMetrics
 from raven.protocol.codes import CloseCode
 from raven.protocol.names import node_name_error, normalize_node_name
+from raven.telemetry.logs import fields
+from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.stream import OpenFailure, StreamOpenError
 from raven.transport.tunnel import Tunnel, TunnelStream
 

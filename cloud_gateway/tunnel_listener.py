@@ -17,9 +17,6 @@ from cloud_gateway.websocket_listener import WebSocketServer
 from raven.config.gateway import AuthorisedAgent, WebSocketConfig
 from raven.hostport import parse_hostport
 from raven.keys import key_id
-from raven.logs import doc_link, fields
-from raven.logthrottle import LogThrottle
-from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
 from raven.protocol.connection import (
@@ -35,6 +32,9 @@ from raven.protocol.noise import public_key
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role
 from raven.protocol.suites import DEFAULT_SUITES, Suite
+from raven.telemetry.logs import doc_link, fields
+from raven.telemetry.logthrottle import LogThrottle
+from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.deadlines import Deadlines
 from raven.transport.tunnel import Tunnel, TunnelStream
 

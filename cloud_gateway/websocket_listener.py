@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from raven.config.gateway import WebSocketConfig
 from raven.hostport import parse_hostport
-from raven.logs import doc_link, fields
-from raven.logthrottle import LogThrottle
 from raven.protocol import tunnel_http as th
+from raven.telemetry.logs import doc_link, fields
+from raven.telemetry.logthrottle import LogThrottle
 from raven.transport.gateway_connect import WEBSOCKET_SUBPROTOCOL
 from raven.transport.websocket_transport import stack_websocket
 

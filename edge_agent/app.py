@@ -14,11 +14,11 @@ from raven.admin import AdminRequest, AdminResponse, AdminServer
 from raven.admin.asyncio_backend import AsyncioBackend
 from raven.config.agent import AgentConfig
 from raven.keys import decode_key, read_private_key_file
-from raven.loop_lag import LoopLagProbe
-from raven.metrics import TunnelMetrics
-from raven.process_metrics import process_registry
-from raven.promclient import CollectorRegistry, Gauge
-from raven.service import run_until_signalled
+from raven.runtime.service import run_until_signalled
+from raven.telemetry.loop_lag import LoopLagProbe
+from raven.telemetry.metrics import TunnelMetrics
+from raven.telemetry.process_metrics import process_registry
+from raven.telemetry.promclient import CollectorRegistry, Gauge
 from raven.transport.tunnel import Tunnel
 
 log = logging.getLogger(__name__)

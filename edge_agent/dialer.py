@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from edge_agent.gateway_link import DialSettings, GatewayLink
 from raven.hostport import parse_hostport
-from raven.logs import fields
-from raven.promclient import CollectorRegistry, Counter, Gauge
+from raven.telemetry.logs import fields
+from raven.telemetry.promclient import CollectorRegistry, Counter, Gauge
 
 if TYPE_CHECKING:
     import dns.asyncresolver

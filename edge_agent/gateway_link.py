@@ -16,9 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from raven.backoff import backoff_delay
-from raven.logs import doc_link, fields
-from raven.metrics import TunnelMetrics
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode
 from raven.protocol.connection import TunnelConnection
@@ -26,6 +23,9 @@ from raven.protocol.cookie import CookieJar
 from raven.protocol.limits import Limits
 from raven.protocol.secure_channel import Role
 from raven.protocol.suites import DEFAULT_SUITE, DEFAULT_SUITES, Suite, first_suite
+from raven.runtime.backoff import backoff_delay
+from raven.telemetry.logs import doc_link, fields
+from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.gateway_connect import GatewayTransport, TransportFailed, connect_tunnel
 from raven.transport.tunnel import StreamHandler, Tunnel
 

@@ -16,7 +16,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Protocol
 
 from edge_agent.target_leg import TargetLeg
-from raven.promclient import (
+from raven.protocol.codes import StreamCode
+from raven.protocol.names import normalize_node_name
+from raven.telemetry.promclient import (
     Collector,
     CollectorRegistry,
     Counter,
@@ -24,8 +26,6 @@ from raven.promclient import (
     Gauge,
     Metric,
 )
-from raven.protocol.codes import StreamCode
-from raven.protocol.names import normalize_node_name
 from raven.transport.connect_errors import connect_failure
 from raven.transport.tunnel import TunnelStream
 

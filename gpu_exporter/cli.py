@@ -30,8 +30,8 @@ from gpu_exporter.server import DEFAULT_UNHEALTHY_AFTER, GpuExporter
 from gpu_exporter.setup import build_mapper, real_backend
 from gpu_exporter.simulated import LOAD_PROFILES, MODELS, SHARING_MODES, SimulatedBackend
 from raven.hostport import AddressError, parse_hostport
-from raven.loop_lag import LoopLagProbe
-from raven.process_metrics import process_registry
+from raven.telemetry.loop_lag import LoopLagProbe
+from raven.telemetry.process_metrics import process_registry
 
 __all__ = ["build_exporter", "parse_address", "register", "run"]
 

@@ -35,8 +35,8 @@ from gpu_exporter.counters import MetricType
 from gpu_exporter.exposition import ExpositionOptions, render
 from gpu_exporter.process_mapping import PodMapper
 from raven.admin import AdminRequest, AdminResponse, AdminServer
-from raven.logs import fields
-from raven.promclient import CollectorRegistry, Counter, Gauge, Histogram, generate_text
+from raven.telemetry.logs import fields
+from raven.telemetry.promclient import CollectorRegistry, Counter, Gauge, Histogram, generate_text
 
 __all__ = ["CONTENT_TYPE", "GpuExporter", "SelfMetrics"]
 

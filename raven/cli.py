@@ -61,7 +61,7 @@ LOG_FORMATS = ("auto", "console", "text", "json")
 def run_async(main: Coroutine[Any, Any, int], event_loop: str = "auto") -> int:
     """Run ``main`` on ``event_loop``: ``uvloop``, ``asyncio`` (the standard library's) or
     ``auto`` (uvloop when it is installed). asyncio is imported here, not before: an agent
-    decides first whether it runs without ``ssl`` (`raven.without_ssl`)."""
+    decides first whether it runs without ``ssl`` (`raven.runtime.without_ssl`)."""
     import asyncio
 
     if event_loop == "asyncio":
@@ -175,7 +175,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from raven.logs import setup_logging
+    from raven.telemetry.logs import setup_logging
 
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen(args_list)

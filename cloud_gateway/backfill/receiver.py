@@ -35,8 +35,8 @@ from raven.backfill.wire import (
     unpack,
 )
 from raven.config.backfill import GatewayBackfillConfig
-from raven.logs import doc_link, fields
 from raven.protocol.codes import StreamCode
+from raven.telemetry.logs import doc_link, fields
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel import TunnelStream
 

@@ -27,7 +27,7 @@ import typing
 from cloud_gateway.proxy.context import READ_BYTES, ProxyContext, peer_host, peer_name
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError, error_response
 from cloud_gateway.proxy.heads import HeadReader
-from raven.logs import fields
+from raven.telemetry.logs import fields
 from raven.transport.reset import abort_with_rst
 
 log = logging.getLogger("cloud_gateway.proxy")

@@ -17,8 +17,8 @@ from cloud_gateway.proxy.penalty import RefusalPenalty
 from cloud_gateway.proxy.stream_pool import StreamPool
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
-from raven.logs import doc_link, fields
-from raven.logthrottle import LogThrottle
+from raven.telemetry.logs import doc_link, fields
+from raven.telemetry.logthrottle import LogThrottle
 from raven.transport.stream import StreamOpener
 
 log = logging.getLogger("cloud_gateway.proxy")

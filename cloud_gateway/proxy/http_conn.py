@@ -25,7 +25,7 @@ from cloud_gateway.proxy.heads import BodyKind, RequestHead, parse_request_head
 from cloud_gateway.proxy.relay import relay
 from cloud_gateway.proxy.response_relay import Outcome
 from cloud_gateway.proxy.target import Mode, Target, resolve_target
-from raven.logs import fields
+from raven.telemetry.logs import fields
 from raven.transport.stream import ByteStream, StreamResetError
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from cloud_gateway.proxy.errors import ErrorKind
 from cloud_gateway.proxy.node_latency import NodeLatency
-from raven.promclient import (
+from raven.telemetry.promclient import (
     Collector,
     CollectorRegistry,
     Counter,

@@ -5,9 +5,10 @@ per node). prometheus-client's Histogram keeps 18 locked values and a child obje
 and writes its text through one Sample object per series: 1.4 s of the gateway's event loop
 per scrape of its /metrics, a stall every site's scrapes waited through. Here a node is one
 small object (bucket counts and a sum, bumped in place); a collection snapshots them (a few
-ms for 10,000 nodes) into a :class:`~raven.promclient.RenderedFamily`, whose text is a few
-string operations per line and is written off the event loop
-(:func:`~raven.promclient.generate_text_off_loop`). The text is what prometheus-client wrote.
+ms for 10,000 nodes) into a :class:`~raven.telemetry.promclient.RenderedFamily`, whose text is
+a few string operations per line and is written off the event loop
+(:func:`~raven.telemetry.promclient.generate_text_off_loop`). The text is what
+prometheus-client wrote.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
-from raven.promclient import (
+from raven.telemetry.promclient import (
     Collector,
     CollectorRegistry,
     Metric,

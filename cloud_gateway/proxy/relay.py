@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from cloud_gateway.proxy.context import READ_BYTES, ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind
 from cloud_gateway.proxy.target import Target
-from raven.logs import fields
 from raven.protocol.codes import StreamCode
+from raven.telemetry.logs import fields
 from raven.transport.pump import PumpEnd, PumpResult, pump
 from raven.transport.stream import ByteStream, StreamResetError
 

@@ -35,8 +35,8 @@ from coredns_hosts.sources.kubernetes import DEFAULT_NODE_SELECTOR, DEFAULT_SERV
 from raven.admin import AdminServer
 from raven.config.defaults import HOSTS_ADMIN_PORT
 from raven.hostport import AddressError
-from raven.loop_lag import LoopLagProbe
-from raven.process_metrics import process_registry
+from raven.telemetry.loop_lag import LoopLagProbe
+from raven.telemetry.process_metrics import process_registry
 
 log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

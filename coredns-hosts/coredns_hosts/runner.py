@@ -18,8 +18,8 @@ from coredns_hosts.render import Rendered, render
 from coredns_hosts.sinks import Sink
 from coredns_hosts.sources import Source
 from raven.admin import AdminServer
-from raven.backoff import Backoff
-from raven.logs import fields
+from raven.runtime.backoff import Backoff
+from raven.telemetry.logs import fields
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from edge_agent.backfill.learn import TargetTable
 from edge_agent.backfill.store import Totals
-from raven.promclient import CollectorRegistry, Counter, Gauge
+from raven.telemetry.promclient import CollectorRegistry, Counter, Gauge
 
 
 class BackfillMetrics:

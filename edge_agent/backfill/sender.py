@@ -28,8 +28,8 @@ from raven.backfill.wire import (
     WireError,
     decode_ack,
 )
-from raven.backoff import Backoff
 from raven.protocol.codes import StreamCode
+from raven.runtime.backoff import Backoff
 from raven.transport.stream import StreamOpenError, StreamResetError
 from raven.transport.tunnel import Tunnel, TunnelStream
 

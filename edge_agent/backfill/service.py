@@ -27,9 +27,9 @@ from edge_agent.backfill.sender import Sender
 from edge_agent.backfill.store import BufferStore, Row, Totals
 from raven.backfill.wire import Batch, Scrape, encode_batch
 from raven.config.backfill import AgentBackfillConfig
-from raven.logthrottle import LogThrottle
-from raven.promclient import CollectorRegistry
 from raven.protocol.names import normalize_node_name
+from raven.telemetry.logthrottle import LogThrottle
+from raven.telemetry.promclient import CollectorRegistry
 from raven.transport.tunnel import Tunnel
 
 log = logging.getLogger(__name__)

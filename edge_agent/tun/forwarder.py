@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from raven.l3 import DropReason, IPNetwork, MalformedPacket, PrefixTable, parse_packet
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
-from raven.promclient import CollectorRegistry
+from raven.telemetry.promclient import CollectorRegistry
 from raven.transport.tun import TunDevice
 from raven.transport.tun_path import TunPath
 

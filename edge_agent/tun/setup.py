@@ -14,7 +14,7 @@ from typing import Protocol
 from edge_agent.tun.forwarder import PathHandle, TunForwarder
 from raven.config.common import TunConfig
 from raven.l3 import IPNetwork
-from raven.promclient import CollectorRegistry
+from raven.telemetry.promclient import CollectorRegistry
 from raven.transport.netconfig import NetConfig
 from raven.transport.tun import TunDevice
 from raven.transport.tun_setup import start_on_tun

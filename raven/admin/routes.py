@@ -18,14 +18,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raven.admin.auth import bearer_matches
-from raven.logthrottle import LogThrottle
-from raven.promclient import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_text
+from raven.telemetry.logthrottle import LogThrottle
+from raven.telemetry.promclient import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    generate_text,
+)
 
 log = logging.getLogger(__name__)
 
 #: Returns (ready, reason). /readyz answers 200 when every check is ready, 503 with the reasons.
 ReadyCheck = Callable[[], tuple[bool, str]]
-#: The body of /metrics, written now or awaited (`raven.promclient.generate_text_off_loop`).
+#: The body of /metrics, written now or awaited
+#: (`raven.telemetry.promclient.generate_text_off_loop`).
 Exposition = Callable[[], bytes | Awaitable[bytes]]
 
 

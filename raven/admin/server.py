@@ -23,7 +23,7 @@ from raven.admin.routes import (
     ReadyCheck,
 )
 from raven.hostport import parse_hostport
-from raven.promclient import CONTENT_TYPE_LATEST, CollectorRegistry
+from raven.telemetry.promclient import CONTENT_TYPE_LATEST, CollectorRegistry
 
 log = logging.getLogger(__name__)
 

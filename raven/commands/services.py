@@ -42,7 +42,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
 def _agent(args: argparse.Namespace) -> int:
     from raven.config.agent import AgentConfig, load_agent_config
-    from raven.without_ssl import forgo_ssl
+    from raven.runtime.without_ssl import forgo_ssl
 
     def main(config: AgentConfig) -> Coroutine[Any, Any, int]:
         if not config.needs_ssl:  # before anything imports asyncio (raven.cli.run_async)
@@ -74,7 +74,7 @@ def _run_service(
     from raven import keys
     from raven.cli import run_async
     from raven.config.loader import ConfigError
-    from raven.logs import setup_logging
+    from raven.telemetry.logs import setup_logging
 
     try:
         config = load(args.config)

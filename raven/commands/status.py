@@ -125,7 +125,7 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from raven.status_table import render_agent_status, render_status
+    from raven.telemetry.status_table import render_agent_status, render_status
 
     try:
         token = _token(args)

@@ -14,10 +14,10 @@ from raven.config import defaults
 from raven.config.backfill import AgentBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
-from raven.cpuflags import cpu_has_aes
 from raven.keys import KeyError_, decode_key
 from raven.protocol.names import node_name_error
 from raven.protocol.suites import Suite, suite_by_name
+from raven.runtime.cpuflags import cpu_has_aes
 from raven.transport.proxy_env import parse_proxy_url
 
 if TYPE_CHECKING:  # asyncio is imported only once the agent knows whether it needs ssl
@@ -263,7 +263,7 @@ class AgentConfig:
     def needs_ssl(self) -> bool:
         """Whether this agent may speak TLS or load a library that imports ``ssl`` outright:
         the Kubernetes API client (node source, Services, the GPU exporter's pod mapping)
-        and uvloop. Without them the agent runs without ``ssl`` (`raven.without_ssl`)."""
+        and uvloop. Without them the agent runs without ``ssl`` (`raven.runtime.without_ssl`)."""
         k8s = self.kubernetes
         uses_api = k8s.enabled or bool(k8s.services) or self.gpu_exporter.kubernetes
         tls = self.gateway.startswith("wss://") or self._https_proxy()

@@ -13,10 +13,10 @@ from raven.config import defaults
 from raven.config.backfill import GatewayBackfillConfig
 from raven.config.common import LimitsConfig, LogConfig, TunConfig, check_hostport, parse_prefix
 from raven.config.loader import doc, load_config
-from raven.cpuflags import cpu_has_aes
 from raven.keys import KeyError_, decode_key
 from raven.protocol.names import MAX_REPLICAS, replica_id_error
 from raven.protocol.suites import DEFAULT_SUITE, Suite, suite_by_name
+from raven.runtime.cpuflags import cpu_has_aes
 
 #: ``transport_suites`` entry: the default suite, and AES-256-GCM on a CPU with AES instructions.
 SUITES_AUTO = "auto"

@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     from raven.config.defaults import TUNNEL_PORT
     from raven.demo.runner import run_demo, workdir_default
     from raven.demo.topology import build_topology
-    from raven.logs import setup_logging
+    from raven.telemetry.logs import setup_logging
 
     setup_logging(args.log_level or "warning", args.log_format or "auto")
     workdir: Path = args.workdir or workdir_default()

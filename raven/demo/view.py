@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from cloud_gateway.status import gateway_status
-from raven.status_table import fmt_age, fmt_ms, render_status, table
+from raven.telemetry.status_table import fmt_age, fmt_ms, render_status, table
 from raven.version import version
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from raven.backoff import backoff_delay
 from raven.kube.objects import KubeObjectError, excerpt, object_key, resource_version
+from raven.runtime.backoff import backoff_delay
 
 log = logging.getLogger("raven.kube")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from raven.l3.drops import DropReason
-from raven.promclient import Collector, CollectorRegistry, CounterMetricFamily, Metric
+from raven.telemetry.promclient import Collector, CollectorRegistry, CounterMetricFamily, Metric
 
 TO_AGENT = "to_agent"
 FROM_AGENT = "from_agent"

@@ -1,6 +1,6 @@
 """TLS client contexts: the agent's to a proxy or a load balancer, the gateway's to a
 remote-write receiver. ``ssl`` is imported on first use: an agent that speaks no TLS never
-loads it (raven.without_ssl)."""
+loads it (raven.runtime.without_ssl)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raven.logs import fields
 from raven.protocol import websocket as ws
+from raven.telemetry.logs import fields
 from raven.transport.read_buffer import CopyingReader
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ from edge_agent.backfill.metrics import BackfillMetrics as AgentBackfillMetrics
 from edge_agent.backfill.store import Totals
 from edge_agent.relay import RelayMetrics
 from raven.l3.metrics import L3Metrics
-from raven.loop_lag import LoopLagProbe
-from raven.metrics import TunnelMetrics
-from raven.process_metrics import BuildInfoCollector
 from raven.protocol.scheduler import TunnelStats
 from raven.protocol.suites import Suite
+from raven.telemetry.loop_lag import LoopLagProbe
+from raven.telemetry.metrics import TunnelMetrics
+from raven.telemetry.process_metrics import BuildInfoCollector
 
 
 class IdleTunnel:

@@ -16,8 +16,8 @@ from cloud_gateway.tunnel_listener import TunnelListener
 from edge_agent.gateway_link import DialSettings, GatewayLink
 from edge_agent.relay import Relay
 from raven.config.gateway import AuthorisedAgent
-from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
+from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.tunnel import Tunnel
 from tests.helpers import KeyPair, start_echo_server, wait_for
 from tests.helpers.sansio import make_agent, make_gateway

@@ -31,13 +31,13 @@ HEAVY = {
     "cryptography.hazmat.primitives.serialization", "raven.config.gateway", "raven.kube",
     "edge_agent.backfill", "edge_agent.tun", "edge_agent.nodes_k8s",
     "uvloop",  # event_loop: asyncio by default (docs/operations.md)
-    "ssl", "_ssl",  # raven.without_ssl: 4.4 MiB (libssl, libcrypto, ssl's enums)
+    "ssl", "_ssl",  # raven.runtime.without_ssl: 4.4 MiB (libssl, libcrypto, ssl's enums)
     "hashlib", "_hashlib", "hmac",  # raven.protocol.blake2s: 3.4 MiB (the system's libcrypto)
     # noise_crypto's X25519 from cryptography's Rust functions: 1.2 MiB (its OpenSSL backend)
     "cryptography.hazmat.backends",
     "shutil", "bz2", "lzma",  # raven.cli.HelpFormatter: 0.4 MiB
     "platform", "gzip",  # python_info from sys, gzip from zlib: 0.4 MiB
-    "ctypes", "_ctypes",  # raven.heap: malloc_trim through cffi's backend, 0.3 MiB
+    "ctypes", "_ctypes",  # raven.runtime.heap: malloc_trim through cffi's backend, 0.3 MiB
 }  # fmt: skip
 
 #: Writes the agent's modules and threads when it exits, then runs `raven agent` as the
@@ -106,7 +106,7 @@ def test_a_plain_agent_imports_no_heavy_module(tmp_path: Path) -> None:
     assert heavy == set(), "a plain agent imported these"
     assert loaded["threads"] == ["MainThread"]
     # what it does use is there (the test reads the right process)
-    assert {"edge_agent.app", "raven.promclient", "cryptography"} <= modules
+    assert {"edge_agent.app", "raven.telemetry.promclient", "cryptography"} <= modules
     maps = loaded["maps"]
     assert "libssl" not in maps and "libcrypto.so" not in maps, "the system's OpenSSL is mapped"
 

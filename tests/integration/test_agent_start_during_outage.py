@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from edge_agent.gateway_link import DialSettings, GatewayLink
-from raven.metrics import TunnelMetrics
+from raven.telemetry.metrics import TunnelMetrics
 from tests.helpers import KeyPair
 from tests.helpers.tunnel import LIMITS
 

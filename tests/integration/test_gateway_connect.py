@@ -20,8 +20,8 @@ from cloud_gateway.registry import Registry
 from cloud_gateway.tunnel_listener import TunnelListener
 from edge_agent.gateway_link import DialSettings, GatewayLink
 from raven.config.gateway import AuthorisedAgent, WebSocketConfig
-from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
+from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.gateway_connect import GatewayTransport
 from tests.helpers import KeyPair, wait_for
 from tests.helpers.balancer import relay

@@ -14,7 +14,7 @@ import yaml
 
 from raven.config.gateway import GatewayConfig
 from raven.config.loader import from_dict
-from raven.service import watch_file
+from raven.runtime.service import watch_file
 from tests.helpers import KeyPair, agent_config, free_port, gateway_config, wait_for
 from tests.helpers.apps import gateway_and_agent
 

@@ -13,8 +13,8 @@ from cloud_gateway.registry import Registry
 from cloud_gateway.tunnel_listener import TunnelListener
 from edge_agent.gateway_link import DialSettings, GatewayLink
 from raven.config.gateway import AuthorisedAgent
-from raven.metrics import TunnelMetrics
 from raven.protocol.codes import CloseCode
+from raven.telemetry.metrics import TunnelMetrics
 from tests.helpers import KeyPair, wait_for
 from tests.helpers.tunnel import LIMITS
 

@@ -22,8 +22,8 @@ from edge_agent.dialer import Dialer
 from edge_agent.gateway_link import DialSettings, GatewayLink
 from edge_agent.relay import Relay
 from raven.config.gateway import AuthorisedAgent
-from raven.metrics import TunnelMetrics
 from raven.protocol.limits import Limits
+from raven.telemetry.metrics import TunnelMetrics
 from tests.helpers import KeyPair, start_echo_server, wait_for
 from tests.helpers.balancer import RandomBalancer
 

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from raven.admin import AdminRequest, AdminResponse, AdminRoutes
-from raven.promclient import generate_text, generate_text_off_loop
+from raven.telemetry.promclient import generate_text, generate_text_off_loop
 
 
 def get(path: str, method: str = "GET", **query: str) -> AdminRequest:

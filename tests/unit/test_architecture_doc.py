@@ -6,8 +6,8 @@ What the doc names, and how each is checked:
 - the layout tree (the fenced block under "## Layout"): a line starting at column 0 names a
   folder, a line indented by two spaces a file or folder inside the last one; each must exist;
 - outside code blocks, a backticked path (``raven/admin/``, ``edge_agent/relay.py``) must
-  exist; a backticked dotted name (``raven.logs.fields``) must import; a backticked ``Name`` or
-  ``Name.attr`` must be a class (or attribute) of a module the doc names; a backticked
+  exist; a backticked dotted name (``raven.telemetry.logs.fields``) must import; a backticked
+  ``Name`` or ``Name.attr`` must be a class (or attribute) of a module the doc names; a backticked
   ``name(...)`` must be a function or method of a module or class the doc names;
 - in the diagrams, every ``*.py`` path must exist and every ``Name.attr`` be as above;
 - in ``python`` blocks, every class must exist and every ``def`` be one of its class's methods.

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raven.backoff import Backoff, backoff_delay
+from raven.runtime.backoff import Backoff, backoff_delay
 
 
 @given(st.integers(min_value=-5, max_value=10_000), st.integers(min_value=0, max_value=2**32))

@@ -85,7 +85,7 @@ def test_core_imports_from_any_directory(tmp_path: Path) -> None:
 def test_version_and_build_info_name_the_core_build() -> None:
     """``raven --version`` and ``raven_build_info{core}`` say which build runs: what an operator
     checks after choosing an image (--build-arg RAVEN_COMPILE)."""
-    from raven.process_metrics import BuildInfoCollector
+    from raven.telemetry.process_metrics import BuildInfoCollector
     from raven.version import core_build, version_line
 
     expected = "compiled" if os.environ.get("RAVEN_EXPECT_COMPILED") == "1" else "pure"

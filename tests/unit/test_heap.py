@@ -1,4 +1,4 @@
-"""raven.heap: malloc_trim where glibc has it (Debian, the images we ship)."""
+"""raven.runtime.heap: malloc_trim where glibc has it (Debian, the images we ship)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from raven import heap
+from raven.runtime import heap
 
 
 def _rss_kib() -> int:

@@ -14,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edge_agent.nodes_k8s import decode_node
-from raven.backoff import backoff_delay
 from raven.kube.cache import Cache, Schedule, WatchFailed, WatchGone
 from raven.kube.objects import (
     KubeObjectError,
@@ -24,6 +23,7 @@ from raven.kube.objects import (
     service_ports,
 )
 from raven.protocol.names import is_valid_node_name
+from raven.runtime.backoff import backoff_delay
 from tests.helpers.fakekube import field_selector_matches, make_node, selector_matches
 
 

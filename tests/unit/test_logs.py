@@ -6,7 +6,13 @@ import io
 import json
 import logging
 
-from raven.logs import ConsoleFormatter, JsonFormatter, TextFormatter, fields, make_formatter
+from raven.telemetry.logs import (
+    ConsoleFormatter,
+    JsonFormatter,
+    TextFormatter,
+    fields,
+    make_formatter,
+)
 
 
 def record(msg: str = "tunnel down", **extra: object) -> logging.LogRecord:

@@ -1,6 +1,6 @@
 import logging
 
-from raven.logthrottle import LogThrottle
+from raven.telemetry.logthrottle import LogThrottle
 
 
 def test_burst_then_one_summary_per_interval(caplog) -> None:

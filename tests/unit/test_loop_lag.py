@@ -1,4 +1,4 @@
-"""raven.loop_lag: the event-loop lag histogram every Raven process exposes."""
+"""raven.telemetry.loop_lag: the event-loop lag histogram every Raven process exposes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from raven.loop_lag import LAG_BUCKETS, LoopLagProbe
-from raven.promclient import CollectorRegistry
+from raven.telemetry.loop_lag import LAG_BUCKETS, LoopLagProbe
+from raven.telemetry.promclient import CollectorRegistry
 
 
 def samples(registry: CollectorRegistry) -> dict[str, float]:

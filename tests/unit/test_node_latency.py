@@ -8,7 +8,7 @@ import asyncio
 
 from cloud_gateway.proxy.metrics import DURATION_BUCKETS, ProxyMetrics
 from cloud_gateway.proxy.node_latency import HELP, NAME, NodeLatency
-from raven.promclient import (
+from raven.telemetry.promclient import (
     CollectorRegistry,
     Histogram,
     disable_created_metrics,
@@ -32,7 +32,7 @@ def family_text(text: str, name: str) -> str:
 
 
 def test_text_is_what_prometheus_client_wrote() -> None:
-    disable_created_metrics()  # as every Raven process does (raven.process_metrics)
+    disable_created_metrics()  # as every Raven process does (raven.telemetry.process_metrics)
     ours, theirs = CollectorRegistry(), CollectorRegistry()
     latency = NodeLatency(ours, DURATION_BUCKETS)
     reference = Histogram(NAME, HELP, ["node"], buckets=DURATION_BUCKETS, registry=theirs)

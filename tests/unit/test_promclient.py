@@ -1,5 +1,5 @@
-"""raven.promclient: prometheus-client without its HTTP stack (the package's __init__ deferred
-until a name of the package itself is asked), and a text exposition that is byte for byte
+"""raven.telemetry.promclient: prometheus-client without its HTTP stack (the package's __init__
+deferred until a name of the package itself is asked), and a text exposition that is byte for byte
 prometheus_client's generate_latest."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
-from raven import promclient
+from raven.telemetry import promclient
 
 
 class Families:
@@ -132,7 +132,7 @@ def run_python(code: str) -> dict[str, object]:
 def test_prometheus_clients_http_stack_is_not_imported_until_the_package_is_asked() -> None:
     got = run_python(
         "import json, sys\n"
-        "import raven.promclient as p\n"
+        "import raven.telemetry.promclient as p\n"
         "before = sorted(sys.modules)\n"
         "from prometheus_client import CollectorRegistry, generate_latest\n"
         "import prometheus_client.exposition\n"
@@ -151,7 +151,7 @@ def test_prometheus_clients_http_stack_is_not_imported_until_the_package_is_aske
 def test_python_info_is_what_prometheus_clients_platform_collector_writes() -> None:
     from prometheus_client.platform_collector import PlatformCollector
 
-    from raven.process_metrics import PythonInfoCollector
+    from raven.telemetry.process_metrics import PythonInfoCollector
 
     theirs, ours = CollectorRegistry(), CollectorRegistry()
     theirs.register(PlatformCollector(registry=None))

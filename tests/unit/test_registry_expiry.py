@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from cloud_gateway.registry import AgentSession, Registry
 from raven.config.gateway import AuthorisedAgent
-from raven.metrics import TunnelMetrics
+from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.tunnel import Tunnel
 
 TTL = 100.0

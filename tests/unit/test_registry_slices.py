@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from cloud_gateway.registry import CHECK_ENTRIES_PER_TURN, AgentSession, Registry
 from raven.config.gateway import AuthorisedAgent
-from raven.metrics import TunnelMetrics
 from raven.protocol.codes import CloseCode
+from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.tunnel import Tunnel
 
 AGENT = AuthorisedAgent(

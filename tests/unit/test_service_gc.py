@@ -1,11 +1,11 @@
 """freeze_startup_objects: start-up objects leave the collector's scans, and the young
-generation is collected less often (raven.service)."""
+generation is collected less often (raven.runtime.service)."""
 
 from __future__ import annotations
 
 import gc
 
-from raven.service import GC_YOUNG_THRESHOLD, freeze_startup_objects
+from raven.runtime.service import GC_YOUNG_THRESHOLD, freeze_startup_objects
 
 
 def test_startup_objects_are_frozen_and_the_young_threshold_raised() -> None:

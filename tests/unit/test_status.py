@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import cloud_gateway.status as status
 from cloud_gateway.status import ScrapeLog, quantile
-from raven.status_table import fmt_ms, render_status
+from raven.telemetry.status_table import fmt_ms, render_status
 
 
 def test_quantile_nearest_rank() -> None:
@@ -86,7 +86,7 @@ def test_a_node_of_a_down_site_names_the_site() -> None:
 
 
 def test_backfill_line_per_site() -> None:
-    from raven.status_table import backfill_table
+    from raven.telemetry.status_table import backfill_table
 
     backfill = {"batches": 3, "samples_written": 1200,
                 "samples_dropped": {"too_old": 2, "not_served": 1}, "last_batch": 1000.0,

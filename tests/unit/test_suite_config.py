@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from raven.config.source import ConfigError
-from raven.cpuflags import cpu_has_aes
 from raven.protocol.suites import Suite
+from raven.runtime.cpuflags import cpu_has_aes
 from tests.helpers import KeyPair, agent_config, gateway_config
 
 X86 = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vme sse2 aes avx2\n\n"

@@ -13,8 +13,8 @@ from cloud_gateway.backfill.receiver import LOGGED_DROPS
 from cloud_gateway.proxy.errors import ErrorKind
 from cloud_gateway.refusals import REASON_WORDS
 from cloud_gateway.websocket_listener import REFUSALS
-from raven.logs import REASON_TABLES, TROUBLESHOOTING_DOC, doc_link
 from raven.protocol.codes import CloseCode
+from raven.telemetry.logs import REASON_TABLES, TROUBLESHOOTING_DOC, doc_link
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / TROUBLESHOOTING_DOC).read_text()

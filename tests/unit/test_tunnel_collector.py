@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from raven.metrics import TunnelMetrics
 from raven.protocol.scheduler import TunnelStats
 from raven.protocol.suites import Suite
+from raven.telemetry.metrics import TunnelMetrics
 
 
 class Tunnel:

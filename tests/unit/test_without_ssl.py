@@ -1,4 +1,4 @@
-"""raven.without_ssl and the agent's choice (AgentConfig.needs_ssl)."""
+"""raven.runtime.without_ssl and the agent's choice (AgentConfig.needs_ssl)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.helpers import KeyPair
 
 FORGO = """
 import sys
-from raven.without_ssl import forgo_ssl
+from raven.runtime.without_ssl import forgo_ssl
 assert forgo_ssl()
 import asyncio, aiohttp, dns.asyncresolver  # each runs without ssl
 try:
@@ -32,7 +32,10 @@ def test_forgo_ssl_leaves_asyncio_aiohttp_and_dnspython_working() -> None:
 
 
 def test_forgo_ssl_does_nothing_once_ssl_is_imported() -> None:
-    code = "import ssl\nfrom raven.without_ssl import forgo_ssl\nprint(forgo_ssl(), ssl.HAS_SNI)"
+    code = (
+        "import ssl\nfrom raven.runtime.without_ssl import forgo_ssl\n"
+        "print(forgo_ssl(), ssl.HAS_SNI)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("False ")
 

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coredns_hosts.model import SinkError
-from raven.backoff import backoff_delay
 from raven.kube.client import ApiError, KubeClient
+from raven.runtime.backoff import backoff_delay
 
 log = logging.getLogger(__name__)
 

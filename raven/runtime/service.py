@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from raven.heap import trim_heap, trim_heap_every
+from raven.runtime.heap import trim_heap, trim_heap_every
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ async def run_until_signalled(
 ) -> int:
     """Start ``service``, wait for SIGINT or SIGTERM, then stop it (its drain included).
     ``reload`` runs on SIGHUP and, with ``watch``, whenever that file changes. Meanwhile
-    the heap is trimmed now and then (raven.heap)."""
+    the heap is trimmed now and then (raven.runtime.heap)."""
     await service.start()
     freeze_startup_objects()
     trim_heap()  # what start-up freed (config parsing, imports) goes back now, not in 30 s

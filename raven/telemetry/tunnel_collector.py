@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Iterator, Sized
 from typing import Protocol
 
-from raven.promclient import Collector, CounterMetricFamily, GaugeMetricFamily, Metric
 from raven.protocol.scheduler import TunnelStats
 from raven.protocol.suites import Suite
+from raven.telemetry.promclient import Collector, CounterMetricFamily, GaugeMetricFamily, Metric
 
 #: (metric name without _total, help, TunnelStats fields for tx and rx)
 _WIRE_COUNTERS = (

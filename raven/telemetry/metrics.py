@@ -3,13 +3,13 @@
 
 Events (handshakes, resets, closes, refusals, streams opened, keepalive RTTs) are counted when
 they happen; the tunnels' live state (connected, bytes, records, frames, open streams, last
-RTT, datagram drops) is read at scrape time by `raven.tunnel_collector.TunnelCollector`
+RTT, datagram drops) is read at scrape time by `raven.telemetry.tunnel_collector.TunnelCollector`
 (``TunnelMetrics.live``)."""
 
 from __future__ import annotations
 
-from raven.promclient import CollectorRegistry, Counter, Histogram
-from raven.tunnel_collector import LiveTunnel, TunnelCollector
+from raven.telemetry.promclient import CollectorRegistry, Counter, Histogram
+from raven.telemetry.tunnel_collector import LiveTunnel, TunnelCollector
 
 __all__ = ["LiveTunnel", "TunnelCollector", "TunnelMetrics"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from raven.promclient import (
+from raven.telemetry.promclient import (
     Collector,
     CollectorRegistry,
     GaugeMetricFamily,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-#: How often every long-running process trims its heap (raven.service).
+#: How often every long-running process trims its heap (raven.runtime.service).
 HEAP_TRIM_INTERVAL_S = 30.0
 
 

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from raven.promclient import CollectorRegistry, Histogram
+from raven.telemetry.promclient import CollectorRegistry, Histogram
 
 __all__ = ["LAG_BUCKETS", "PROBE_INTERVAL_S", "LoopLagProbe"]
 
