@@ -1,6 +1,6 @@
 """L3 benchmark: iperf3 TCP and ping through Raven's tunnel vs wireguard-go, same namespaces.
 
-Builds the e2e topology of tests/e2e/test_l3_netns.py (cloud host, cloud gateway, edge
+Builds the e2e topology of tests/helpers/e2e/l3_lab.py (cloud host, cloud gateway, edge
 gateway, edge host) and runs both tunnels side by side between the same namespaces:
 
 - ``raven``: the real ``raven gateway`` / ``raven agent`` with ``tun.enabled`` (encrypted),
@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.test_l3_netns import (  # noqa: E402
+from tests.helpers.e2e.l3_lab import (  # noqa: E402
     CLOUD_SUBNETS,
     EDGE_SUBNETS,
     TUN_MTU,

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import bench_l3  # noqa: E402
 
-import tests.e2e.test_l3_netns as l3  # noqa: E402
+import tests.helpers.e2e.l3_lab as l3  # noqa: E402
 from tests.helpers import python_env  # noqa: E402
 from tests.helpers.e2e.netns import Lab, Proc, missing_prerequisites  # noqa: E402
 

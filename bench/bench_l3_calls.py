@@ -61,7 +61,7 @@ def main() -> int:
     args = parser.parse_args()
     root = args.root.resolve()
     sys.path.insert(0, str(root))
-    import tests.e2e.test_l3_netns as l3
+    import tests.helpers.e2e.l3_lab as l3
     from tests.helpers.e2e.netns import Lab, missing_prerequisites
 
     problems = missing_prerequisites(())

@@ -38,3 +38,12 @@ def test_helpers_import_no_test_module() -> None:
             if module.startswith("tests.") and not module.startswith("tests.helpers"):
                 offenders.append(f"{path.relative_to(ROOT)} imports {module}")
     assert offenders == []
+
+
+def test_benchmarks_import_helpers_not_tests() -> None:
+    offenders = []
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        for module in _imported_modules(path):
+            if module.startswith("tests.") and not module.startswith("tests.helpers"):
+                offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offenders == []
