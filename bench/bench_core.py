@@ -29,6 +29,7 @@ from raven.protocol import events as ev  # noqa: E402
 from raven.protocol.connection import Role, TunnelConnection  # noqa: E402
 from raven.protocol.limits import Limits  # noqa: E402
 from raven.protocol.noise import generate_keypair  # noqa: E402
+from raven.protocol.secure_channel import SecureChannel  # noqa: E402
 from raven.protocol.suites import Suite, suite_by_name  # noqa: E402
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: edge-bench:9400\r\n" + b"X: y\r\n" * 20 + b"\r\n"
@@ -63,12 +64,27 @@ def connected(suite: Suite) -> tuple[TunnelConnection, TunnelConnection]:
     limits = Limits()
     agent_priv, agent_pub = generate_keypair()
     gw_priv, gw_pub = generate_keypair()
-    agent = TunnelConnection(role=Role.INITIATOR, static_private=agent_priv, limits=limits,
-                             now=0.0, remote_static=gw_pub, wall_time_ns=time.time_ns(),
-                             suites=(suite,))  # fmt: skip
-    gateway = TunnelConnection(role=Role.RESPONDER, static_private=gw_priv, limits=limits,
-                               now=0.0, authorize=lambda key: key == agent_pub,
-                               suites=tuple(Suite))  # fmt: skip
+    agent = TunnelConnection(
+        SecureChannel(
+            role=Role.INITIATOR,
+            static_private=agent_priv,
+            limits=limits,
+            now=0.0,
+            remote_static=gw_pub,
+            wall_time_ns=time.time_ns(),
+            suites=(suite,),
+        )
+    )
+    gateway = TunnelConnection(
+        SecureChannel(
+            role=Role.RESPONDER,
+            static_private=gw_priv,
+            limits=limits,
+            now=0.0,
+            authorize=lambda key: key == agent_pub,
+            suites=tuple(Suite),
+        )
+    )
     pump(agent, gateway, 0.0)
     drain(agent), drain(gateway)
     assert agent.suite is gateway.suite is suite

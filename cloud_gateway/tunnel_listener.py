@@ -30,7 +30,7 @@ from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
 from raven.protocol.noise import public_key
 from raven.protocol.ratelimit import RateLimiter
-from raven.protocol.secure_channel import Role
+from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import DEFAULT_SUITES, Suite
 from raven.telemetry.logs import doc_link, fields
 from raven.telemetry.logthrottle import LogThrottle
@@ -127,15 +127,17 @@ class TunnelListener:
     def _make_tunnel(self) -> Tunnel:
         loop = asyncio.get_running_loop()
         conn = TunnelConnection(
-            role=Role.RESPONDER,
-            static_private=self.static_private,
-            limits=self.limits,
-            now=loop.time(),
-            psk=self.psk,
-            authorize=self.registry.authorize,
-            replay_guard=self.replay_guard,
-            cookies=self.cookies,
-            suites=self.suites,
+            SecureChannel(
+                role=Role.RESPONDER,
+                static_private=self.static_private,
+                limits=self.limits,
+                now=loop.time(),
+                psk=self.psk,
+                authorize=self.registry.authorize,
+                replay_guard=self.replay_guard,
+                cookies=self.cookies,
+                suites=self.suites,
+            )
         )
         tunnel = Tunnel(conn, name="incoming", admit=self._admit, deadlines=self._deadlines)
         tunnel.on_event = self._on_event

@@ -21,7 +21,7 @@ from raven.protocol.codes import CloseCode
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.cookie import CookieJar
 from raven.protocol.limits import Limits
-from raven.protocol.secure_channel import Role
+from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import DEFAULT_SUITE, DEFAULT_SUITES, Suite, first_suite
 from raven.runtime.backoff import backoff_delay
 from raven.telemetry.logs import doc_link, fields
@@ -254,16 +254,18 @@ class GatewayLink:
         last time (``peer_suites``), its message 1 the cookie it sent (``cookie_jar``)."""
         settings = self.settings
         return TunnelConnection(
-            role=Role.INITIATOR,
-            static_private=settings.static_private,
-            remote_static=settings.gateway_public,
-            psk=settings.psk,
-            limits=settings.limits,
-            now=now,
-            wall_time_ns=time.time_ns(),
-            cookie_jar=self.cookie_jar,
-            suites=settings.suites,
-            peer_suites=self.peer_suites,
+            SecureChannel(
+                role=Role.INITIATOR,
+                static_private=settings.static_private,
+                remote_static=settings.gateway_public,
+                psk=settings.psk,
+                limits=settings.limits,
+                now=now,
+                wall_time_ns=time.time_ns(),
+                cookie_jar=self.cookie_jar,
+                suites=settings.suites,
+                peer_suites=self.peer_suites,
+            )
         )
 
     async def _connect_once(self) -> None:

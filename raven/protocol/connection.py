@@ -1,8 +1,9 @@
 """TunnelConnection: the one sans-IO object a transport adapter drives.
 
-It is a :class:`~raven.protocol.secure_channel.SecureChannel` (handshake and
-records) with a :class:`~raven.protocol.mux.Multiplexer` (streams, datagrams,
-keepalive, drain, registration) on top. Wire bytes go in with
+It drives a :class:`~raven.protocol.secure_channel.SecureChannel` (handshake and
+records; the caller builds it: ``TunnelConnection(SecureChannel(role=..., ...))``) with a
+:class:`~raven.protocol.mux.Multiplexer` (streams, datagrams, keepalive, drain,
+registration) on top. Wire bytes go in with
 :meth:`TunnelConnection.receive_data` and come out of
 :meth:`TunnelConnection.data_to_send`; events come out of
 :meth:`TunnelConnection.next_event`; time is always an argument.
@@ -15,20 +16,17 @@ after a :class:`StreamReset` (TUNNEL_CLOSED) for every open stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 from raven.protocol.codes import CloseCode, StreamCode
-from raven.protocol.cookie import CookieJar, CookieResponder
 from raven.protocol.datagram_path import DatagramSink
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import CookieReplied, Event, HandshakeCompleted
-from raven.protocol.handshake import ReplayGuard
 from raven.protocol.lifecycle import TunnelState
-from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer, TunnelStats
 from raven.protocol.registration import encode_register_result
 from raven.protocol.secure_channel import Role, SecureChannel
-from raven.protocol.suites import DEFAULT_SUITES, Suite
+from raven.protocol.suites import Suite
 
 __all__ = ["Role", "TunnelConnection"]
 
@@ -46,42 +44,15 @@ class TunnelConnection:
     #: so are send_capacity, send_stream_data and consume_stream_data)
     next_event: Callable[[], Event | None]
 
-    def __init__(
-        self,
-        *,
-        role: Role,
-        static_private: bytes,
-        limits: Limits,
-        now: float,
-        remote_static: bytes | None = None,
-        psk: bytes = bytes(32),
-        wall_time_ns: int | None = None,
-        authorize: Callable[[bytes], bool] | None = None,
-        replay_guard: ReplayGuard | None = None,
-        cookies: CookieResponder | None = None,
-        cookie_jar: CookieJar | None = None,
-        suites: Sequence[Suite] = DEFAULT_SUITES,
-        peer_suites: Collection[Suite] | None = None,
-    ) -> None:
+    def __init__(self, channel: SecureChannel) -> None:
+        """The connection over ``channel`` (a fresh one: its handshake not started), which
+        holds the keys, the role, the limits and the clock's first reading."""
+        role, limits, now = channel.role, channel.limits, channel.now
         self._role = role
         #: the budgets this connection enforces (raven.protocol.limits)
         self.limits = limits
         self._now = now
-        self._channel = SecureChannel(
-            role=role,
-            static_private=static_private,
-            limits=limits,
-            now=now,
-            remote_static=remote_static,
-            psk=psk,
-            wall_time_ns=wall_time_ns,
-            authorize=authorize,
-            replay_guard=replay_guard,
-            cookies=cookies,
-            cookie_jar=cookie_jar,
-            suites=suites,
-            peer_suites=peer_suites,
-        )
+        self._channel = channel
         mux = self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
         # The calls made several times a request are the multiplexer's own bound methods, not
         # forwarders (a Python call less each; ~70 bytes a tunnel each, so only these four).

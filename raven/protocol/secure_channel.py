@@ -105,7 +105,8 @@ class SecureChannel:
             raise ValueError("static_private and psk are 32 bytes")
         self.suites = ChannelSuites(suites, peer_suites)
         self.role = role  # (read it) initiator or responder
-        self._limits = limits
+        #: the budgets this channel and its connection enforce (raven.protocol.limits)
+        self.limits = limits
         self._static_private = bytes(static_private)
         self._psk = bytes(psk)
         if role is Role.RESPONDER and authorize is None:
@@ -201,6 +202,11 @@ class SecureChannel:
     def local_static(self) -> bytes:
         """Our static public key."""
         return public_key(self._static_private)
+
+    @property
+    def now(self) -> float:
+        """The latest time this channel was given (its clock, injected)."""
+        return self._now
 
     @property
     def handshake_hash(self) -> bytes | None:
@@ -414,7 +420,7 @@ class SecureChannel:
         self._queue_message(self._initiation(self._now))
 
     def _new_sender(self, keys: SessionKeys) -> RecordSender:
-        limits = self._limits
+        limits = self.limits
         return RecordSender(
             keys.send,
             rekey_after_records=limits.rekey_after_records,
@@ -423,7 +429,7 @@ class SecureChannel:
         )
 
     def _install(self, keys: SessionKeys) -> None:
-        limits = self._limits
+        limits = self.limits
         self._sender = self._new_sender(keys)
         self._receiver = RecordReceiver(keys.receive)
         self._adopt(keys)
@@ -468,7 +474,7 @@ class SecureChannel:
             self._seal_control(RecordType.SWITCH, b"")
             self._sender = self._new_sender(keys)
             self._adopt(keys)
-            self.rehandshake_at = self._now + self._limits.rehandshake_after_s
+            self.rehandshake_at = self._now + self.limits.rehandshake_after_s
             self.stats.rehandshakes += 1
 
     def _answer_rehandshake(self, message: bytes) -> None:

@@ -8,6 +8,7 @@ from raven.protocol.handshake import ReplayGuard
 from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer
 from raven.protocol.noise import generate_keypair
+from raven.protocol.secure_channel import SecureChannel
 
 
 def events(source: TunnelConnection | Multiplexer) -> list[Event]:
@@ -56,12 +57,14 @@ def make_agent(
     wall_time_ns: int = T0_NS,
 ) -> TunnelConnection:
     return TunnelConnection(
-        role=Role.INITIATOR,
-        static_private=AGENT_PRIV,
-        limits=limits,
-        now=now,
-        remote_static=gateway_pub,
-        wall_time_ns=wall_time_ns,
+        SecureChannel(
+            role=Role.INITIATOR,
+            static_private=AGENT_PRIV,
+            limits=limits,
+            now=now,
+            remote_static=gateway_pub,
+            wall_time_ns=wall_time_ns,
+        )
     )
 
 
@@ -69,12 +72,14 @@ def make_gateway(
     limits: Limits = LIMITS, now: float = 0.0, replay_guard: ReplayGuard | None = None
 ) -> TunnelConnection:
     return TunnelConnection(
-        role=Role.RESPONDER,
-        static_private=GW_PRIV,
-        limits=limits,
-        now=now,
-        authorize=lambda key: key == AGENT_PUB,
-        replay_guard=replay_guard,
+        SecureChannel(
+            role=Role.RESPONDER,
+            static_private=GW_PRIV,
+            limits=limits,
+            now=now,
+            authorize=lambda key: key == AGENT_PUB,
+            replay_guard=replay_guard,
+        )
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.noise_crypto import dh_operations
-from raven.protocol.secure_channel import Role
+from raven.protocol.secure_channel import Role, SecureChannel
 from tests.helpers import KeyPair, wait_for
 from tests.helpers.tunnel import LIMITS, Site, echo_port
 
@@ -52,9 +52,16 @@ async def test_a_flood_with_bad_mac1_costs_no_diffie_hellman(site: Site, tmp_pat
     await site.listener.start()
     assert site.listener.bound is not None
     impostor = KeyPair(tmp_path, "impostor")  # made for another gateway key: mac1 is wrong
-    conn = TunnelConnection(role=Role.INITIATOR, static_private=site.agent.private,
-                            remote_static=impostor.public, limits=LIMITS,
-                            now=time.monotonic(), wall_time_ns=time.time_ns())  # fmt: skip
+    conn = TunnelConnection(
+        SecureChannel(
+            role=Role.INITIATOR,
+            static_private=site.agent.private,
+            remote_static=impostor.public,
+            limits=LIMITS,
+            now=time.monotonic(),
+            wall_time_ns=time.time_ns(),
+        )
+    )
     flight = conn.data_to_send()
     dh_before = dh_operations()
 

@@ -26,6 +26,7 @@ from raven.protocol.frames import FrameType
 from raven.protocol.handshake import ReplayGuard
 from raven.protocol.lifecycle import TunnelState
 from raven.protocol.noise import generate_keypair
+from raven.protocol.secure_channel import SecureChannel
 from raven.protocol.suites import Suite, preamble
 from tests.helpers.sansio import (
     AGENT_PUB,
@@ -120,12 +121,14 @@ def test_rekey_through_the_connection() -> None:
 
 def test_unknown_agent_key_is_rejected_without_raising() -> None:
     agent = TunnelConnection(
-        role=Role.INITIATOR,
-        static_private=generate_keypair()[0],
-        limits=LIMITS,
-        now=0.0,
-        remote_static=GW_PUB,
-        wall_time_ns=T0_NS,
+        SecureChannel(
+            role=Role.INITIATOR,
+            static_private=generate_keypair()[0],
+            limits=LIMITS,
+            now=0.0,
+            remote_static=GW_PUB,
+            wall_time_ns=T0_NS,
+        )
     )
     gateway = make_gateway()
     gateway.receive_data(agent.data_to_send(), 0.0)
@@ -401,8 +404,15 @@ def test_rehandshake_from_a_key_removed_meanwhile_closes_the_tunnel() -> None:
     limits = replace(LIMITS, rehandshake_after_s=60.0, dead_peer_timeout_s=900.0)
     allowed = {"yes": True}
     agent = make_agent(limits)
-    gateway = TunnelConnection(role=Role.RESPONDER, static_private=GW_PRIV, limits=limits,
-                               now=0.0, authorize=lambda key: allowed["yes"])  # fmt: skip
+    gateway = TunnelConnection(
+        SecureChannel(
+            role=Role.RESPONDER,
+            static_private=GW_PRIV,
+            limits=limits,
+            now=0.0,
+            authorize=lambda key: allowed["yes"],
+        )
+    )
     pump(agent, gateway)
     events(agent), events(gateway)
     allowed["yes"] = False

@@ -12,7 +12,7 @@ from raven import keys
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.constants import MAGIC
 from raven.protocol.limits import Limits
-from raven.protocol.secure_channel import Role
+from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import PREAMBLE_BYTES
 from tests.helpers.e2e.capture import ETH_P_IP, Flow, Segments, handshake_message_1, parse_tcp
 
@@ -29,10 +29,15 @@ def frame(seq: int, payload: bytes, *, dport: int = 10262, proto: int = 6) -> by
 
 def first_bytes() -> bytes:
     """What a real agent writes first on a tunnel connection."""
-    conn = TunnelConnection(role=Role.INITIATOR, static_private=keys.generate_private_key(),
-                            remote_static=keys.public_key(keys.generate_private_key()),
-                            limits=Limits(), now=time.monotonic(),
-                            wall_time_ns=time.time_ns())  # fmt: skip
+    channel = SecureChannel(
+        role=Role.INITIATOR,
+        static_private=keys.generate_private_key(),
+        remote_static=keys.public_key(keys.generate_private_key()),
+        limits=Limits(),
+        now=time.monotonic(),
+        wall_time_ns=time.time_ns(),
+    )
+    conn = TunnelConnection(channel)
     return conn.data_to_send()
 
 

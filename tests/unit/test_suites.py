@@ -151,25 +151,29 @@ def test_suite_names_masks_and_choice() -> None:
 
 def make_agent(suites: tuple[Suite, ...], peer: frozenset[Suite] | None = None) -> TunnelConnection:
     return TunnelConnection(
-        role=Role.INITIATOR,
-        static_private=AGENT_PRIV,
-        limits=LIMITS,
-        now=0.0,
-        remote_static=GW_PUB,
-        wall_time_ns=T0_NS,
-        suites=suites,
-        peer_suites=peer,
+        SecureChannel(
+            role=Role.INITIATOR,
+            static_private=AGENT_PRIV,
+            limits=LIMITS,
+            now=0.0,
+            remote_static=GW_PUB,
+            wall_time_ns=T0_NS,
+            suites=suites,
+            peer_suites=peer,
+        )
     )
 
 
 def make_gateway(accepted: tuple[Suite, ...] = (CHACHA, AES)) -> TunnelConnection:
     return TunnelConnection(
-        role=Role.RESPONDER,
-        static_private=GW_PRIV,
-        limits=LIMITS,
-        now=0.0,
-        authorize=lambda key: key == AGENT_PUB,
-        suites=accepted,
+        SecureChannel(
+            role=Role.RESPONDER,
+            static_private=GW_PRIV,
+            limits=LIMITS,
+            now=0.0,
+            authorize=lambda key: key == AGENT_PUB,
+            suites=accepted,
+        )
     )
 
 
