@@ -178,7 +178,7 @@ def _parse_ipv6(data: bytes | bytearray | memoryview) -> PacketInfo:
     else:
         raise MalformedPacket("too many IPv6 extension headers")
     src, dst = (src_hi << 64) | src_lo, (dst_hi << 64) | dst_lo
-    syn = protocol == PROTO_TCP and not fragment_offset and offset + 13 < size
+    syn = protocol == PROTO_TCP and not fragment_offset and offset + TCP_FLAGS_AT < size
     syn = syn and bool(data[offset + TCP_FLAGS_AT] & TCP_SYN)
     fields = (IPV6, src, dst, size, protocol, offset, fragment_offset, more_fragments, True, syn)
     return _info(fields)
