@@ -84,6 +84,11 @@ class SecureChannel:
     ``suites`` (accepted) and ``peer_suites`` (the responder's): see ChannelSuites.
     """
 
+    #: the budgets this channel and its connection enforce (raven.protocol.limits)
+    limits: Limits
+    #: the latest time this channel was given (the clock is injected, never read)
+    now: float
+
     def __init__(
         self,
         *,
@@ -105,7 +110,6 @@ class SecureChannel:
             raise ValueError("static_private and psk are 32 bytes")
         self.suites = ChannelSuites(suites, peer_suites)
         self.role = role  # (read it) initiator or responder
-        #: the budgets this channel and its connection enforce (raven.protocol.limits)
         self.limits = limits
         self._static_private = bytes(static_private)
         self._psk = bytes(psk)
@@ -129,7 +133,7 @@ class SecureChannel:
         self._inbuf = bytearray()
         self.output = OutputBuffer()
         self._received: list[bytes] = []
-        self._now = now
+        self.now = now
         #: (initiator) wall clock at ``now``, for the timestamps of later re-handshakes
         self._wall_ns = (wall_time_ns or 0, now)
         #: (initiator) when the next re-handshake starts; None while one runs or before keys
@@ -154,7 +158,7 @@ class SecureChannel:
             raise ValueError("an initiator needs wall_time_ns for its handshake timestamp")
         self._remote_static = bytes(remote_static)
         self._queue(preamble(self.suites.next()))
-        self._queue_message(self._initiation(self._now))
+        self._queue_message(self._initiation(self.now))
         self.state = ChannelState.AWAIT_RESPONSE
 
     def _initiation(self, now: float) -> bytes:
@@ -202,11 +206,6 @@ class SecureChannel:
     def local_static(self) -> bytes:
         """Our static public key."""
         return public_key(self._static_private)
-
-    @property
-    def now(self) -> float:
-        """The latest time this channel was given (its clock, injected)."""
-        return self._now
 
     @property
     def handshake_hash(self) -> bytes | None:
@@ -275,7 +274,7 @@ class SecureChannel:
         if self.state is ChannelState.FAILED:
             raise LocalProtocolError("receive_data() on a channel that already failed")
         self.stats.bytes_received += len(data)
-        self._now = now
+        self.now = now
         received: list[bytes] = []
         self._received = received
         try:
@@ -369,7 +368,7 @@ class SecureChannel:
         if self.role is Role.INITIATOR:
             # our first record confirms the keys to the responder, who counts the
             # session only then: an empty keepalive at once (as WireGuard)
-            self.seal(b"", self._now)
+            self.seal(b"", self.now)
         return True
 
     def _on_key_record(self, receiver: RecordReceiver) -> None:
@@ -386,7 +385,7 @@ class SecureChannel:
         cookies = self._cookies
         assert cookies is not None
         replied = self.stats.cookie_replies > 0
-        reply = cookies.screen(message, self._source, self._now, replied=replied)
+        reply = cookies.screen(message, self._source, self.now, replied=replied)
         if reply is not None:
             self._move(ChannelInput.SEND_COOKIE_REPLY)
             self._queue_message(reply)
@@ -414,10 +413,10 @@ class SecureChannel:
         assert self._pending is not None and self._remote_static is not None
         if self.stats.cookie_replies:
             raise HandshakeRejected("a second cookie reply on one connection", "bad_cookie_reply")
-        self._jar.take_reply(reply, self._remote_static, self._pending.mac1, self._now)
+        self._jar.take_reply(reply, self._remote_static, self._pending.mac1, self.now)
         self._move(ChannelInput.RECV_COOKIE_REPLY)
         self.stats.cookie_replies += 1
-        self._queue_message(self._initiation(self._now))
+        self._queue_message(self._initiation(self.now))
 
     def _new_sender(self, keys: SessionKeys) -> RecordSender:
         limits = self.limits
@@ -425,7 +424,7 @@ class SecureChannel:
             keys.send,
             rekey_after_records=limits.rekey_after_records,
             rekey_after_s=limits.rekey_after_s,
-            now=self._now,
+            now=self.now,
         )
 
     def _install(self, keys: SessionKeys) -> None:
@@ -434,9 +433,9 @@ class SecureChannel:
         self._receiver = RecordReceiver(keys.receive)
         self._adopt(keys)
         if self.role is Role.INITIATOR:
-            self.rehandshake_at = self._now + limits.rehandshake_after_s
+            self.rehandshake_at = self.now + limits.rehandshake_after_s
             if self.suites.better() is not None:
-                self.rehandshake_at = self._now  # upgrade the suite at once
+                self.rehandshake_at = self.now  # upgrade the suite at once
 
     def _adopt(self, keys: SessionKeys) -> None:
         self._handshake_hash = keys.handshake_hash
@@ -474,7 +473,7 @@ class SecureChannel:
             self._seal_control(RecordType.SWITCH, b"")
             self._sender = self._new_sender(keys)
             self._adopt(keys)
-            self.rehandshake_at = self._now + self.limits.rehandshake_after_s
+            self.rehandshake_at = self.now + self.limits.rehandshake_after_s
             self.stats.rehandshakes += 1
 
     def _answer_rehandshake(self, message: bytes) -> None:
