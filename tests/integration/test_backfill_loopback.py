@@ -196,13 +196,17 @@ MIB = 1024 * 1024
 CAP_SERIES = 5000
 
 
-async def start_big_target() -> tuple[web.AppRunner, int]:
+async def start_big_target() -> tuple[web.AppRunner, int, dict[str, bool]]:
     """A page of 5000 series whose (stable) random label values make each stored scrape
-    about 200 KiB, so a 10 MiB buffer overflows in seconds."""
+    about 200 KiB, so a 10 MiB buffer overflows in seconds. Its counter counts the pages
+    served; with ``switch["down"]`` it answers 503 (no page, nothing stored)."""
     labels = [os.urandom(24).hex() for _ in range(CAP_SERIES)]
     scrapes = [0]
+    switch = {"down": False}
 
     async def metrics(_request: web.Request) -> web.Response:
+        if switch["down"]:
+            return web.Response(status=503)
         scrapes[0] += 1
         lines = [f'cap_test{{i="{i}",id="{v}"}} {scrapes[0]}' for i, v in enumerate(labels)]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
@@ -213,7 +217,29 @@ async def start_big_target() -> tuple[web.AppRunner, int]:
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, port
+    return runner, port, switch
+
+
+def local_failures(agent: AgentApp) -> float:
+    """Local scrapes the agent counted as failed by an HTTP error status."""
+    value = agent.metrics_registry.get_sample_value(
+        "raven_agent_backfill_local_scrapes_total", {"result": "http_error"}
+    )
+    return value or 0.0
+
+
+async def wait_store_settled(store: Any, quiet_s: float, timeout_s: float) -> None:
+    """Until the store's rows and drops have not moved for ``quiet_s``."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = (store.totals.rows, store.dropped["cap"])
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the backfill store kept changing for {timeout_s} s")
 
 
 async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path) -> None:
@@ -221,7 +247,7 @@ async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path) -> None:
     and counted, the disk stays within the cap, and the newest are all backfilled."""
     require(os.path.exists(PROMETHEUS), "prometheus not installed (scripts/setup installs it)")
     prom = PromProcess(tmp_path)
-    target, target_port = await start_big_target()
+    target, target_port, switch = await start_big_target()
     gw_cfg, ag_cfg = backfill_configs(
         tmp_path, prom.port, target_port, "cap",
         {"max_bytes": 10 * MIB,
@@ -244,6 +270,15 @@ async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path) -> None:
         assert store.totals.bytes <= 10 * MIB
         assert store.file_bytes() <= 10 * MIB * 1.15 + store.journal_limit_bytes
         assert store.dropped["cap"] % CAP_SERIES == 0
+        # The target stops serving before the tunnel is back, so that nothing is stored once
+        # sending starts: a row stored then overflows the cap again with a batch in flight,
+        # and eviction spares the batch (its rows are on their way), taking newer rows
+        # instead; the ordering asserted below holds for what overflowed while down.
+        switch["down"] = True
+        await wait_for(lambda: local_failures(agent) >= 3, timeout_s=30)
+        # pages scraped before the switch may still wait to be parsed and stored (a thread):
+        # the store is settled once nothing changed for 2 s
+        await wait_store_settled(store, quiet_s=2.0, timeout_s=60)
         await gateway.start()  # the tunnel comes up; Prometheus never scrapes this target
         await wait_for(lambda: bf.table.local_count == 0, timeout_s=20)
         await asyncio.sleep(0.5)  # a scrape in flight when local mode ended is stored
