@@ -244,24 +244,27 @@ class _Framing(NamedTuple):
 
 def _framing(headers: list[tuple[bytes, bytes]], bad: ErrorKind, *, request: bool) -> _Framing:
     """Sort out the framing headers of a request (Host and Expect too) or a response."""
-    f = _Framing([], [], [], [], False, False)
+    hosts: list[bytes] = []
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    connection: list[bytes] = []
     expect = has_te = False
     for name, value in headers:
         key = name.lower()
         if key == b"content-length":
-            f.lengths.append(value)
+            lengths.append(value)
         elif key == b"transfer-encoding":
             has_te = True
-            f.codings.extend(_tokens(value) or [b""])
+            codings.extend(_tokens(value) or [b""])
         elif key == b"connection":
-            f.connection.extend(_tokens(value))
+            connection.extend(_tokens(value))
         elif request and key == b"host":
-            f.hosts.append(value)
+            hosts.append(value)
         elif request and key == b"expect":
             if value.lower() != b"100-continue":
                 raise HttpParseError(bad, "unsupported Expect")
             expect = True
-    return f._replace(expect=expect, has_transfer_encoding=has_te)
+    return _Framing(hosts, lengths, codings, connection, expect, has_te)
 
 
 def _request_body(
