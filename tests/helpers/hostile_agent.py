@@ -42,7 +42,7 @@ from raven.keys import decode_key, read_private_key_file
 from raven.protocol.connection import TunnelConnection
 from raven.protocol.limits import Limits
 from raven.protocol.registration import encode_register
-from raven.protocol.secure_channel import Role, SecureChannel
+from tests.helpers.sansio import initiator
 
 ATTACKS = ("register-flood", "open-flood", "garbage-records")
 CHURN = "register-churn"
@@ -103,16 +103,7 @@ async def run_hostile_agent(
 async def one_attack(agent: HostileAgent, kind: str, gateway: tuple[str, int]) -> str:
     """One tunnel: handshake, then ``kind`` until the gateway closes it (``closed``), or for
     ``round_s`` and ``linger_s`` more without a close (``held``)."""
-    conn = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=agent.private,
-            remote_static=agent.gateway_public,
-            limits=Limits(),
-            now=time.monotonic(),
-            wall_time_ns=time.time_ns(),
-        )
-    )
+    conn = initiator(agent.private, agent.gateway_public, Limits())
     local = (agent.local_host, 0) if agent.local_host else None
     reader, writer = await asyncio.open_connection(*gateway, local_addr=local)
     drain: asyncio.Task[None] | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from raven.protocol.connection import Role, TunnelConnection
 from raven.protocol.events import Event, HandshakeCompleted, StreamAccepted, StreamOpened
 from raven.protocol.handshake import ReplayGuard
@@ -9,6 +11,23 @@ from raven.protocol.limits import Limits
 from raven.protocol.mux import Multiplexer
 from raven.protocol.noise import generate_keypair
 from raven.protocol.secure_channel import SecureChannel
+
+
+def initiator(
+    private: bytes, gateway_public: bytes, limits: Limits, wall_time_ns: int | None = None
+) -> TunnelConnection:
+    """An agent's connection as a real agent makes one: its key, the gateway's public key and
+    the real clocks (``wall_time_ns``: another handshake timestamp, e.g. an old one)."""
+    return TunnelConnection(
+        SecureChannel(
+            role=Role.INITIATOR,
+            static_private=private,
+            remote_static=gateway_public,
+            limits=limits,
+            now=time.monotonic(),
+            wall_time_ns=time.time_ns() if wall_time_ns is None else wall_time_ns,
+        )
+    )
 
 
 def events(source: TunnelConnection | Multiplexer) -> list[Event]:

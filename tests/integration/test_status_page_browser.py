@@ -18,11 +18,10 @@ from cloud_gateway.app import GatewayApp
 from raven import keys
 from raven.demo.runner import Demo
 from raven.demo.topology import build_topology
-from raven.protocol.connection import TunnelConnection
 from raven.protocol.limits import Limits
-from raven.protocol.secure_channel import Role, SecureChannel
 from tests.helpers import KeyPair, gateway_config
 from tests.helpers.cdp import Browser, chromium_binary
+from tests.helpers.sansio import initiator
 
 
 def rows_when(table: str, predicate: str) -> str:
@@ -38,16 +37,7 @@ async def refused_handshake(
     """Send one initiation the gateway refuses without an answer: with a key that is not the
     gateway's (bad_mac1), an unauthorised agent key (unknown_key), or an authorised key whose
     timestamp is older than its live tunnel's (replay)."""
-    conn = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=private,
-            remote_static=gateway,
-            limits=Limits(),
-            now=time.monotonic(),
-            wall_time_ns=wall_time_ns or time.time_ns(),
-        )
-    )
+    conn = initiator(private, gateway, Limits(), wall_time_ns)
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(conn.data_to_send())
     assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered

@@ -5,13 +5,11 @@ trip on its connection; initiations with a bad mac1 are refused without any DH."
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
-from raven.protocol.connection import TunnelConnection
 from raven.protocol.noise_crypto import dh_operations
-from raven.protocol.secure_channel import Role, SecureChannel
 from tests.helpers import KeyPair, wait_for
+from tests.helpers.sansio import initiator
 from tests.helpers.tunnel import LIMITS, Site, echo_port
 
 FLOOD = 40
@@ -52,16 +50,7 @@ async def test_a_flood_with_bad_mac1_costs_no_diffie_hellman(site: Site, tmp_pat
     await site.listener.start()
     assert site.listener.bound is not None
     impostor = KeyPair(tmp_path, "impostor")  # made for another gateway key: mac1 is wrong
-    conn = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=site.agent.private,
-            remote_static=impostor.public,
-            limits=LIMITS,
-            now=time.monotonic(),
-            wall_time_ns=time.time_ns(),
-        )
-    )
+    conn = initiator(site.agent.private, impostor.public, LIMITS)
     flight = conn.data_to_send()
     dh_before = dh_operations()
 

@@ -26,6 +26,7 @@ from raven.protocol.registration import encode_register
 from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import Suite, preamble
 from tests.helpers import KeyPair, wait_for
+from tests.helpers.sansio import initiator
 from tests.helpers.tunnel import LIMITS, Site, echo_port
 
 
@@ -64,16 +65,7 @@ async def test_wrong_gateway_key_gets_no_answer(site: Site, tmp_path: Path) -> N
     await site.listener.start()
     assert site.listener.bound is not None
     impostor = KeyPair(tmp_path, "impostor")  # the agent believes this is the gateway
-    conn = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=site.agent.private,
-            remote_static=impostor.public,
-            limits=LIMITS,
-            now=time.monotonic(),
-            wall_time_ns=time.time_ns(),
-        )
-    )
+    conn = initiator(site.agent.private, impostor.public, LIMITS)
     dh_before = dh_operations()
     reader, writer = await asyncio.open_connection(*site.listener.bound)
     writer.write(conn.data_to_send())
@@ -104,16 +96,7 @@ async def test_an_agent_with_a_wrong_gateway_key_says_the_likely_cause(
 async def test_replayed_initiation_is_rejected(site: Site) -> None:
     await site.listener.start()
     assert site.listener.bound is not None
-    conn = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=site.agent.private,
-            remote_static=site.gw.public,
-            limits=LIMITS,
-            now=time.monotonic(),
-            wall_time_ns=time.time_ns(),
-        )
-    )
+    conn = initiator(site.agent.private, site.gw.public, LIMITS)
     first_flight = conn.data_to_send()
     r1, w1 = await asyncio.open_connection(*site.listener.bound)
     w1.write(first_flight)
@@ -143,16 +126,7 @@ async def test_agent_whose_clock_jumped_back_recovers_once_its_session_is_gone(
 
     async def connect(wall_time_ns: int) -> tuple[TunnelConnection, asyncio.StreamWriter, bytes]:
         assert site.listener.bound is not None
-        conn = TunnelConnection(
-            SecureChannel(
-                role=Role.INITIATOR,
-                static_private=site.agent.private,
-                remote_static=site.gw.public,
-                limits=LIMITS,
-                now=time.monotonic(),
-                wall_time_ns=wall_time_ns,
-            )
-        )
+        conn = initiator(site.agent.private, site.gw.public, LIMITS, wall_time_ns)
         reader, writer = await asyncio.open_connection(*site.listener.bound)
         writer.write(conn.data_to_send())
         with contextlib.suppress(ConnectionError):
@@ -179,16 +153,7 @@ async def test_agent_whose_clock_jumped_back_recovers_once_its_session_is_gone(
 async def test_tampered_record_closes_only_that_tunnel(site: Site) -> None:
     await site.listener.start()
     assert site.listener.bound is not None
-    conn = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=site.agent.private,
-            remote_static=site.gw.public,
-            limits=LIMITS,
-            now=time.monotonic(),
-            wall_time_ns=time.time_ns(),
-        )
-    )
+    conn = initiator(site.agent.private, site.gw.public, LIMITS)
     reader, writer = await asyncio.open_connection(*site.listener.bound)
     writer.write(conn.data_to_send())
     conn.receive_data(await asyncio.wait_for(reader.read(4096), 5), time.monotonic())
@@ -278,16 +243,7 @@ async def _raw_agent(
 ) -> tuple[TunnelConnection, asyncio.StreamReader, asyncio.StreamWriter]:
     """An authorised agent driven by hand over a raw socket, after the handshake."""
     assert site.listener.bound is not None
-    conn = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=site.agent.private,
-            remote_static=site.gw.public,
-            limits=LIMITS,
-            now=time.monotonic(),
-            wall_time_ns=time.time_ns(),
-        )
-    )
+    conn = initiator(site.agent.private, site.gw.public, LIMITS)
     reader, writer = await asyncio.open_connection(*site.listener.bound)
     writer.write(conn.data_to_send())
     conn.receive_data(await asyncio.wait_for(reader.read(4096), 5), time.monotonic())
@@ -383,16 +339,7 @@ async def test_message_1_replayed_at_another_replica_never_evicts_the_live_sessi
     )  # fmt: skip
     await replica_a.start()
     assert replica_a.bound is not None and replica_b.bound is not None
-    later = TunnelConnection(
-        SecureChannel(
-            role=Role.INITIATOR,
-            static_private=site.agent.private,
-            remote_static=site.gw.public,
-            limits=LIMITS,
-            now=time.monotonic(),
-            wall_time_ns=time.time_ns(),
-        )
-    )
+    later = initiator(site.agent.private, site.gw.public, LIMITS)
     recorded = later.data_to_send()  # the agent's message 1 on its way to replica A
     ra, wa = await asyncio.open_connection(*replica_a.bound)
     wa.write(recorded)

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 
 from raven import keys
-from raven.protocol.connection import TunnelConnection
 from raven.protocol.constants import MAGIC
 from raven.protocol.limits import Limits
-from raven.protocol.secure_channel import Role, SecureChannel
 from raven.protocol.suites import PREAMBLE_BYTES
 from tests.helpers.e2e.capture import ETH_P_IP, Flow, Segments, handshake_message_1, parse_tcp
+from tests.helpers.sansio import initiator
 
 SRC, DST = "10.200.2.2", "10.96.0.2"
 
@@ -29,16 +27,8 @@ def frame(seq: int, payload: bytes, *, dport: int = 10262, proto: int = 6) -> by
 
 def first_bytes() -> bytes:
     """What a real agent writes first on a tunnel connection."""
-    channel = SecureChannel(
-        role=Role.INITIATOR,
-        static_private=keys.generate_private_key(),
-        remote_static=keys.public_key(keys.generate_private_key()),
-        limits=Limits(),
-        now=time.monotonic(),
-        wall_time_ns=time.time_ns(),
-    )
-    conn = TunnelConnection(channel)
-    return conn.data_to_send()
+    gateway = keys.public_key(keys.generate_private_key())
+    return initiator(keys.generate_private_key(), gateway, Limits()).data_to_send()
 
 
 def test_a_frame_gives_its_flow_sequence_and_payload_without_the_ethernet_padding() -> None:
