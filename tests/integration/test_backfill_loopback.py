@@ -281,7 +281,6 @@ async def test_buffer_cap_overflow_keeps_the_newest(tmp_path: Path) -> None:
         await wait_store_settled(store, quiet_s=2.0, timeout_s=60)
         await gateway.start()  # the tunnel comes up; Prometheus never scrapes this target
         await wait_for(lambda: bf.table.local_count == 0, timeout_s=20)
-        await asyncio.sleep(0.5)  # a scrape in flight when local mode ended is stored
         await wait_for(lambda: store.totals.rows == 0, timeout_s=120, interval_s=0.2)
         dropped = store.dropped["cap"]
         assert gateway.backfill is not None
