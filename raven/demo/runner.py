@@ -66,11 +66,11 @@ class Demo:
         self.prometheus_note = ""
         self.portmap: PortMap | None = None
         self.shortlink: ShortLink | None = None
+        #: when the demo began (the Prometheus link's graph range fits its age)
         self.started_at = time.monotonic()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        self.started_at = time.monotonic()
         for node in self.topology.nodes:
             self.exporters.append(await start_embedded_exporter(node.exporter, interval_s=2.0))
         self.gateway = GatewayApp(self.topology.gateway_config())
