@@ -1,7 +1,8 @@
 """The agent's L7 relay: stream from the gateway -> allow-list -> TCP to the target.
 
-The bytes move by callbacks (:class:`edge_agent.target_leg.TargetLeg`): a stream has a task
-only while it connects; once accepted, nothing waits on it (a kept stream costs no task).
+The bytes move by callbacks (:class:`raven.transport.splice.Splice`, the target connection's
+protocol): a stream has a task only while it connects; once accepted, nothing waits on it (a
+kept stream costs no task).
 
 An agent never dials a destination outside its allow-list: only nodes it serves, only
 allowed ports, and never an address given by the gateway (the gateway names a node,
@@ -15,7 +16,6 @@ import logging
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Protocol
 
-from edge_agent.target_leg import TargetLeg
 from raven.protocol.codes import StreamCode
 from raven.protocol.names import normalize_node_name
 from raven.telemetry.promclient import (
@@ -27,6 +27,7 @@ from raven.telemetry.promclient import (
     Metric,
 )
 from raven.transport.connect_errors import connect_failure
+from raven.transport.splice import Splice
 from raven.transport.tunnel import TunnelStream
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class RelayMetrics(Collector):
         registry.register(self)
 
     def count_from_target(self, size: int) -> None:
-        """``size`` bytes read from a target (a TargetLeg's hook)."""
+        """``size`` bytes read from a target (a Splice's hook)."""
         self.from_target += size
 
     def collect(self) -> Iterator[Metric]:
@@ -119,9 +120,9 @@ class Relay:
         stream.refuse(code, reason)
 
     async def handle(self, stream: TunnelStream, node: str, port: int) -> None:
-        """Check, connect, accept, then hand the stream to a :class:`TargetLeg`, which relays
-        by callbacks until both ways ended (this task ends there); every failure gets its
-        reason code."""
+        """Check, connect, accept, then join the stream to the target connection (its
+        :class:`Splice`), which relays by callbacks until both ways ended (this task ends
+        there); every failure gets its reason code."""
         name = normalize_node_name(node)
         address = self.nodes.get(name)
         if address is None:
@@ -145,16 +146,16 @@ class Relay:
         self.active.add(stream)
         leg.done.add_done_callback(lambda _: self._ended(stream, leg))
         try:
-            leg.start(stream, self._to_target_hook(name, address, port, via, what),
-                      self.metrics.count_from_target)  # fmt: skip
+            leg.start(stream, on_to_socket=self._to_target_hook(name, address, port, via, what),
+                      on_from_socket=self.metrics.count_from_target)  # fmt: skip
         except BaseException:
             leg.close()
             raise
 
-    def _ended(self, stream: TunnelStream, leg: TargetLeg) -> None:
-        """The leg ended (both ways, broken or reset): no task waited for it."""
+    def _ended(self, stream: TunnelStream, leg: Splice) -> None:
+        """The splice ended (both ways, broken or reset; it closed both sides): no task
+        waited for it."""
         self.active.discard(stream)
-        leg.close()
 
     def _to_target_hook(
         self, name: str, address: str, port: int, via: tuple[str, int] | None, what: str
@@ -177,15 +178,15 @@ class Relay:
 
         return to_target
 
-    async def _open(self, host: str, port: int, what: str) -> TargetLeg:
+    async def _open(self, host: str, port: int, what: str) -> Splice:
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.connect_timeout_s):
-            _, leg = await loop.create_connection(lambda: TargetLeg(what), host, port)
+            _, leg = await loop.create_connection(lambda: Splice(f"target {what}"), host, port)
         return leg
 
     async def _connect(
         self, name: str, address: str, port: int, what: str
-    ) -> tuple[TargetLeg, tuple[str, int] | None]:
+    ) -> tuple[Splice, tuple[str, int] | None]:
         """The node's own address first; when nothing listens there (refused), the ready
         endpoints of a configured Service on that node (:mod:`edge_agent.service_endpoints`).
         Returns the connection and the endpoint it went to (None: the node's own address)."""

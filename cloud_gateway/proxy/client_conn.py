@@ -11,7 +11,9 @@
   byte is read) and the connection slots (``proxy.max_connections``: a connection over the
   limit waits, not read, for ``header_timeout_s``, then gets 503);
 - the lingering close after an error answer (FIN, then what the client still sends is dropped
-  for ``LINGER_S``, so the answer is not destroyed by an RST).
+  for ``LINGER_S``, so the answer is not destroyed by an RST);
+- a splice (CONNECT, TLS passthrough): :meth:`splice_to` joins the connection to a stream and
+  from then on hands the transport's events to the :class:`~raven.transport.splice.Splice`.
 
 Subclasses serve the bytes: ``start`` (admitted), ``received`` (new bytes in :attr:`buf`),
 ``ended`` (the client's EOF), ``closed`` (the connection is gone).
@@ -27,8 +29,11 @@ import typing
 from cloud_gateway.proxy.context import READ_BYTES, ProxyContext, peer_host, peer_name
 from cloud_gateway.proxy.errors import ErrorKind, ProxyError, error_response
 from cloud_gateway.proxy.heads import HeadReader
+from raven.protocol.codes import StreamCode
 from raven.telemetry.logs import fields
 from raven.transport.reset import abort_with_rst
+from raven.transport.splice import Splice
+from raven.transport.stream import ByteStream
 
 log = logging.getLogger("cloud_gateway.proxy")
 
@@ -89,6 +94,8 @@ class ClientConnection(asyncio.Protocol):
         self.task: asyncio.Future[typing.Any] | None = None
         #: the response relay of the request in flight, if any
         self.response: ResponseSink | None = None
+        #: the splice the connection is joined to (CONNECT, TLS): it takes the socket's events
+        self.splice: Splice | None = None
         self._pause_mark = ctx.config.max_header_bytes + READ_BYTES
         self._reading_paused = self._lingering = self._admitted = False
         self._reader: asyncio.Future[None] | None = None
@@ -158,6 +165,9 @@ class ClientConnection(asyncio.Protocol):
             self.received()
 
     def data_received(self, data: bytes) -> None:
+        if self.splice is not None:
+            self.splice.data_received(data)
+            return
         if self._lingering:
             return
         self.buf.feed(data)
@@ -169,6 +179,8 @@ class ClientConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.eof = True
+        if self.splice is not None:
+            return self.splice.eof_received()
         self._wake_reader()
         if self._lingering:
             self.close()
@@ -187,13 +199,19 @@ class ClientConnection(asyncio.Protocol):
         response, self.response = self.response, None
         if response is not None:
             response.client_gone(exc)
+        if self.splice is not None:
+            self.splice.connection_lost(exc)
         self.closed()
 
     def pause_writing(self) -> None:
         self.writing_paused = True
+        if self.splice is not None:
+            self.splice.pause_writing()
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        if self.splice is not None:
+            self.splice.resume_writing()
         self._wake_drainer()
         if self.response is not None:
             self.response.client_writable()
@@ -216,6 +234,24 @@ class ClientConnection(asyncio.Protocol):
         """Bytes were taken from :attr:`buf`: read again once below the mark."""
         if self._reading_paused and len(self.buf) <= self._pause_mark and self._admitted:
             self._resume_reading()
+
+    def splice_to(self, stream: ByteStream, *, idle_timeout_s: float) -> Splice:
+        """Join the connection to ``stream`` (CONNECT, TLS passthrough): what :attr:`buf`
+        holds goes first, then the bytes move by callbacks both ways until the splice's
+        ``done`` (its result says how it ended; it closed or cut both sides)."""
+        splice = Splice(f"client {self.peer}", broken_code=StreamCode.CANCELLED)
+        self.disarm()
+        early = self.buf.take()
+        self._resume_reading()  # the splice pauses and resumes reading from now on
+        if self.transport is not None and not self.lost:
+            splice.connection_made(self.transport)
+        self.splice = splice
+        splice.start(stream, early=early, idle_timeout_s=idle_timeout_s)
+        if self.lost:
+            splice.connection_lost(None)
+        elif self.eof:
+            splice.eof_received()
+        return splice
 
     def attach_response(self, response: ResponseSink) -> None:
         """Tell ``response`` when the client drains or goes (at once if it is gone)."""

@@ -325,9 +325,8 @@ class HttpConnection(ClientConnection):
             self._fail(exc, Mode.CONNECT.value, target.node, close=True)
             return
         self.write(_ESTABLISHED)
-        early = self.buf.take()
         ctx.metrics.request(Mode.CONNECT.value, 200)
-        await relay(ctx, self, stream, early=early, target=target)
+        await relay(ctx, self, stream, target=target)
 
 
 def _stale(exc: object, exchange: Exchange) -> bool:

@@ -1,21 +1,22 @@
 """Byte relay for CONNECT and the TLS listener: both directions, half-close kept, TLS untouched.
 
-The shared pump (`raven.transport.pump`) moves the bytes; it ends when both directions have
-ended, when either side breaks, or after ``idle_timeout_s`` with no byte in either direction.
-A clean end closes both sides; any other end resets the stream and aborts the connection.
+The client connection is joined to the stream by the one splice (`raven.transport.splice`):
+bytes move by callbacks, the request's task only awaits the end. The splice ends when both
+directions have ended (both sides closed), when either side breaks, or after
+``idle_timeout_s`` with no byte in either direction (the stream reset, the client cut).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from cloud_gateway.proxy.context import READ_BYTES, ProxyContext
+from cloud_gateway.proxy.context import ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind
 from cloud_gateway.proxy.target import Target
-from raven.protocol.codes import StreamCode
 from raven.telemetry.logs import fields
-from raven.transport.pump import PumpEnd, PumpResult, pump
+from raven.transport.splice import SpliceEnd
 from raven.transport.stream import ByteStream, StreamResetError
 
 if TYPE_CHECKING:
@@ -25,29 +26,22 @@ log = logging.getLogger("cloud_gateway.proxy")
 
 
 async def relay(
-    ctx: ProxyContext,
-    client: ClientConnection,
-    stream: ByteStream,
-    *,
-    early: bytes,
-    target: Target,
+    ctx: ProxyContext, client: ClientConnection, stream: ByteStream, *, target: Target
 ) -> None:
-    """Relay until done; ``early`` are client bytes already read (sent to the target first)."""
-    result: PumpResult | None = None
+    """Relay until done; what the client sent past its request (or ClientHello) goes first."""
     peer = client.peer
+    splice = client.splice_to(stream, idle_timeout_s=ctx.config.idle_timeout_s)
     try:
-        result = await pump(stream, client, client, chunk_bytes=READ_BYTES, early=early,
-                            idle_timeout_s=ctx.config.idle_timeout_s)  # fmt: skip
-    finally:  # also when cancelled (shutdown): never leave the stream or the client open
-        if result is not None and result.end is PumpEnd.DONE:
-            stream.close()
-            client.close()
-        else:
-            stream.reset(StreamCode.CANCELLED, "relay ended")
-            stream.close()
-            client.abort()
+        result = await asyncio.shield(splice.done)
+    except asyncio.CancelledError:  # shutdown past its grace: never leave either side open
+        splice.close()
+        raise
+    if result.end is SpliceEnd.DONE:
+        client.close()
+    else:
+        client.abort()
     ctx.metrics.response_bytes += result.to_socket_bytes
-    if result.end is PumpEnd.IDLE:
+    if result.end is SpliceEnd.IDLE:
         log.debug("relay idle mode=%s node=%s peer=%s", target.mode.value, target.node, peer)
     failed = result.error
     if isinstance(failed, StreamResetError):

@@ -90,4 +90,5 @@ async def _serve_tls(
         conn.abort()
         return
     ctx.metrics.request(mode, 200)
-    await relay(ctx, conn, stream, early=data, target=target)
+    conn.buf.unread(data)  # the ClientHello goes first, then what followed it
+    await relay(ctx, conn, stream, target=target)

@@ -16,6 +16,7 @@ from typing import cast
 from raven.protocol.codes import StreamCode
 from raven.protocol.names import normalize_node_name
 from raven.transport.connect_errors import connect_failure
+from raven.transport.reset import abort_with_rst
 from raven.transport.stream import (
     OPEN_FAILURE_BY_CODE,
     ByteStream,
@@ -47,7 +48,7 @@ class _Protocol(asyncio.Protocol):
         self.paused_reading = False
         self._waiter: asyncio.Future[None] | None = None
         self._drain: asyncio.Future[None] | None = None
-        self._write_paused = False
+        self.write_paused = False
         self.receiver: StreamReceiver | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -82,7 +83,7 @@ class _Protocol(asyncio.Protocol):
         self.lost = True
         self.error = exc
         self._wake()
-        self._write_paused = False
+        self.write_paused = False
         self._wake_drain()
         receiver, self.receiver = self.receiver, None
         if receiver is None:
@@ -94,10 +95,10 @@ class _Protocol(asyncio.Protocol):
             receiver.stream_eof()
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self.write_paused = True
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self.write_paused = False
         self._wake_drain()
         if self.receiver is not None:
             self.receiver.stream_writable()
@@ -117,7 +118,7 @@ class _Protocol(asyncio.Protocol):
         await self._waiter
 
     async def drain(self) -> None:
-        if self._write_paused and not self.lost:
+        if self.write_paused and not self.lost:
             self._drain = asyncio.get_running_loop().create_future()
             await self._drain
 
@@ -177,6 +178,16 @@ class DirectStream:
         self._transport.write(data)
         return True
 
+    def send_nowait(self, data: bytes | memoryview) -> int:
+        """The transport buffers what the socket does not take: all of it goes."""
+        self.try_send(bytes(data))
+        return len(data)
+
+    @property
+    def send_blocked(self) -> bool:
+        """The transport is over its mark (``stream_writable`` comes at resume_writing)."""
+        return self._proto.write_paused
+
     def attach(self, receiver: StreamReceiver) -> None:
         proto = self._proto
         proto.receiver = receiver
@@ -223,7 +234,7 @@ class DirectStream:
         self._proto.receiver = None  # our own reset: nothing more to deliver
         if self._reset is None:
             self._reset = StreamResetError(code, reason)
-        self._transport.abort()
+        abort_with_rst(self._transport)  # as the agent cuts its target: an RST, not a FIN
 
     async def aclose(self) -> None:
         self.close()

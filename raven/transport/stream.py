@@ -100,6 +100,16 @@ class ByteStream(Protocol):
         nothing sent) when it does not. Raises as ``write`` does on a broken stream."""
         ...
 
+    def send_nowait(self, data: bytes | memoryview) -> int:
+        """Send what flow control allows now; how many bytes of ``data`` went. Raises as
+        ``write`` does on a broken stream."""
+        ...
+
+    @property
+    def send_blocked(self) -> bool:
+        """Nothing more may go now: the receiver's ``stream_writable`` says when it may."""
+        ...
+
     async def write_eof(self) -> None:
         """Half-close: no more data from us."""
         ...

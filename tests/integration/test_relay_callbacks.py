@@ -1,5 +1,6 @@
-"""The agent's callback relay (edge_agent/target_leg.py) on loopback: flow control both ways,
-an RST to the target on reset, and the first bytes riding with OPEN."""
+"""The agent's callback relay (raven/transport/splice.py as the target connection's protocol)
+on loopback: flow control both ways, an RST to the target on reset, the first bytes riding
+with OPEN."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from edge_agent.target_leg import TARGET_WRITE_HIGH_WATER_BYTES, TargetLeg
+from raven.transport.splice import SOCKET_WRITE_HIGH_WATER_BYTES, Splice
 from raven.protocol.codes import StreamCode
 from raven.transport.reset import abort_with_rst
 from raven.transport.stream import OpenFailure, StreamOpenError, StreamResetError
@@ -20,11 +21,11 @@ from tests.helpers.tunnel import LIMITS, Site, echo_port
 NODE = "edge-relay-1"
 
 
-def agent_leg(site: Site) -> TargetLeg:
+def agent_leg(site: Site) -> Splice:
     """The one target leg the agent relays right now."""
     (stream,) = site.relays[0].active
     leg = stream._receiver
-    assert isinstance(leg, TargetLeg)
+    assert isinstance(leg, Splice)
     return leg
 
 
@@ -67,7 +68,7 @@ async def test_slow_target_reader_holds_the_gateway_back(site: Site) -> None:
         leg = agent_leg(site)
         assert leg.transport is not None
         # the agent holds at most the target's buffer and one window; the gateway waits
-        assert leg.transport.get_write_buffer_size() <= TARGET_WRITE_HIGH_WATER_BYTES + window
+        assert leg.transport.get_write_buffer_size() <= SOCKET_WRITE_HIGH_WATER_BYTES + window
         assert not writer.done()
         writer.cancel()
         stream.reset(StreamCode.CANCELLED, "test over")
