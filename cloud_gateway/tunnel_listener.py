@@ -142,7 +142,7 @@ class TunnelListener:
         tunnel = Tunnel(conn, name="incoming", admit=self._admit, deadlines=self._deadlines)
         tunnel.on_event = self._on_event
         if self.agent_stream_service is not None:
-            tunnel.on_stream = functools.partial(self._agent_stream, tunnel)
+            tunnel.streams.on_stream = functools.partial(self._agent_stream, tunnel)
         self.tunnels.add(tunnel)
         return tunnel
 
@@ -369,7 +369,7 @@ class TunnelListener:
         for t in tunnels:
             t.go_away("gateway shutting down")
         if tunnels:
-            await asyncio.gather(*(t.wait_streams_done(timeout_s) for t in tunnels))
+            await asyncio.gather(*(t.streams.wait_done(timeout_s) for t in tunnels))
         for t in tunnels:
             t.close(CloseCode.DRAINED, "gateway shut down")
             await t.aclose()

@@ -172,7 +172,7 @@ class GatewayLink:
         self._stopping = True
         if self.tunnel is not None and graceful:
             self.tunnel.go_away("agent shutting down")
-            await self.tunnel.wait_streams_done(self.settings.limits.drain_timeout_s)
+            await self.tunnel.streams.wait_done(self.settings.limits.drain_timeout_s)
         if self.tunnel is not None:
             await self.tunnel.aclose()
         if self._task is not None:

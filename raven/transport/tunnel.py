@@ -1,9 +1,9 @@
 """The asyncio adapter: drives one sans-IO TunnelConnection over a TCP transport.
 
 Everything about the protocol lives in :mod:`raven.protocol`; this module moves bytes
-between the socket and the connection, takes its events (what each does to streams and
-futures: :mod:`raven.transport.tunnel_events`) and keeps the connection's timer armed: with
-that module, the only place where the tunnel meets asyncio.
+between the socket and the connection, hands its stream events to its streams
+(:mod:`raven.transport.tunnel_streams`), settles its own futures and keeps the connection's
+timer armed: with that module, the only place where the tunnel meets asyncio.
 
 What the peer did to a stream reaches the application as :class:`StreamResetError` /
 :class:`StreamOpenError`; an illegal call of ours raises :class:`LocalProtocolError`,
@@ -21,7 +21,6 @@ import socket
 import time
 import typing
 from collections.abc import Callable
-from typing import Any
 
 from raven.protocol import events as ev
 from raven.protocol.codes import CloseCode, StreamCode
@@ -31,13 +30,17 @@ from raven.transport.deadlines import Deadlines
 from raven.transport.read_buffer import CopyingReader
 from raven.transport.send_burst import SEND_BURST
 from raven.transport.stream import OpenFailure, StreamOpenError
-from raven.transport.tunnel_events import DatagramHandler, EventHandler, StreamHandler, TunnelEvents
 from raven.transport.tunnel_stream import TunnelStream
+from raven.transport.tunnel_streams import StreamHandler, TunnelStreams
 from raven.transport.turn_budget import SLICE_BYTES, TURN_BUDGET_S, TurnBudget
 
 __all__ = ["DatagramHandler", "EventHandler", "StreamHandler", "Tunnel", "TunnelStream"]
 
 log = logging.getLogger(__name__)
+
+DatagramHandler = Callable[[bytes], None]
+#: told which tunnel (one handler serves a listener's every tunnel, no closure per tunnel)
+EventHandler = Callable[["Tunnel", ev.Event], None]
 
 #: The protocol's clock: CLOCK_MONOTONIC like the event loop's timers, at full resolution
 #: (uvloop's loop.time() is cached in whole milliseconds, too coarse for loopback RTTs).
@@ -62,7 +65,7 @@ _TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux's value
 IMMEDIATE_WRITE_BYTES = 16 * 1024
 
 
-class Tunnel(CopyingReader, TunnelEvents):
+class Tunnel(CopyingReader):
     """One tunnel connection; works for both the agent (initiator) and the gateway."""
 
     def __init__(
@@ -79,7 +82,6 @@ class Tunnel(CopyingReader, TunnelEvents):
         self.conn = conn
         self.admit = admit
         self.name = name
-        self.on_stream = on_stream
         self._on_datagram: DatagramHandler | None = None
         self.on_datagram = on_datagram
         self.on_event = on_event
@@ -88,7 +90,7 @@ class Tunnel(CopyingReader, TunnelEvents):
         self.peer: str = "?"
         self.handshake: asyncio.Future[bytes] = self.loop.create_future()
         self.closed: asyncio.Future[ev.ConnectionTerminated] = self.loop.create_future()
-        self.streams: dict[int, TunnelStream] = {}
+        self.streams = TunnelStreams(self, on_stream, max_streams=conn.limits.max_streams)
         self.rtt_s: float | None = None
         #: the timer this tunnel's deadline is kept on (a listener shares one: no loop
         #: timer per tunnel); ``deadline_at``: the pending deadline
@@ -97,16 +99,12 @@ class Tunnel(CopyingReader, TunnelEvents):
         self._write_paused = False
         #: set when writing resumes; made by the first writer that waits (most never do)
         self._write_resumed: asyncio.Event | None = None
-        #: the stream handlers' tasks, made by the first (a gateway's tunnels mostly never have one)
-        self._tasks: set[asyncio.Task[Any]] | None = None
         self._in_flush = self._in_events = self._receiving = False
         #: made on a tunnel's first large read or long turn (most never have one)
         self._budget: TurnBudget | None = None
         self._flush_scheduled = False
         #: a _resume_input is deferred to the next turn (received frames wait)
         self._resume_due = False
-        #: set when the last stream is gone; made by wait_streams_done (drain) only
-        self._no_streams: asyncio.Event | None = None
         #: streams opened + datagrams moved, as of the last keepalive round trip
         self._moved_at_pong = 0
 
@@ -181,8 +179,7 @@ class Tunnel(CopyingReader, TunnelEvents):
         self._write_paused = False
         self._wake_writers()
         self._flush_now()
-        for stream in list(self.streams.values()):
-            stream._window_opened()  # attached receivers paused on the tunnel go on
+        self.streams.all_writable()
 
     def _wake_writers(self) -> None:
         resumed, self._write_resumed = self._write_resumed, None
@@ -216,7 +213,7 @@ class Tunnel(CopyingReader, TunnelEvents):
             raise StreamOpenError(OpenFailure.BUSY, str(exc)) from None
         stream = TunnelStream(self, stream_id, incoming=False)
         stream.opened = self.loop.create_future()
-        self.streams[stream_id] = stream
+        self.streams.add(stream)
         self._after_io()
         try:
             async with asyncio.timeout(timeout_s):
@@ -248,7 +245,7 @@ class Tunnel(CopyingReader, TunnelEvents):
         if self.closed.done():
             return False
         transport = self.transport
-        busy = self._flush_scheduled or self._receiving or self._in_flush or self._in_events
+        busy = self._flush_due()
         if not (busy or transport is None or self._write_paused or SEND_BURST.depth):
             wire = self.conn.seal_lone_datagram(data, _now())
             if wire is not None:
@@ -256,7 +253,7 @@ class Tunnel(CopyingReader, TunnelEvents):
                 return True
         if not self.conn.send_datagram(data):
             return False
-        if self._flush_due():
+        if busy:
             self._flush()  # it goes with the flush that is due
         elif SEND_BURST.defer(self._flush_now):
             self._flush_scheduled = True  # once per batch, at its end
@@ -268,19 +265,19 @@ class Tunnel(CopyingReader, TunnelEvents):
         return 0 if self.closed.done() else self.conn.send_capacity(stream_id)
 
     def register(self, nodes: list[str], prefixes: list[str]) -> None:
-        self._call(lambda c: c.register(nodes, prefixes))
+        self.call(lambda c: c.register(nodes, prefixes))
 
     def answer_registration(self, frames: list[bytes]) -> None:
         """Send a registration's answer (frames of ``conn.registration_answer``)."""
-        self._call(lambda c: c.send_registration_answer(frames))
+        self.call(lambda c: c.send_registration_answer(frames))
 
     def ask_replica(self) -> None:
         """(agent) Ask which gateway replica this is: ReplicaAnnounced reaches on_event."""
-        self._call(lambda c: c.ask_replica())
+        self.call(lambda c: c.ask_replica())
 
     def announce_replica(self, replica_id: str, replicas: int) -> None:
         """(gateway) Tell an agent that asked which replica this is and how many there are."""
-        self._call(lambda c: c.announce_replica(replica_id, replicas))
+        self.call(lambda c: c.announce_replica(replica_id, replicas))
 
     def go_away(self, reason: str = "shutting down") -> None:
         """Start draining: no new streams either way; open ones go on. A tunnel still
@@ -290,28 +287,16 @@ class Tunnel(CopyingReader, TunnelEvents):
         if not self.conn.handshake_complete:
             self.close(CloseCode.DRAINED, reason)
             return
-        self._call(lambda c: c.go_away(CloseCode.DRAINED, reason))
+        self.call(lambda c: c.go_away(CloseCode.DRAINED, reason))
 
     def close(self, code: CloseCode = CloseCode.NORMAL, reason: str = "closing") -> None:
         """Close now: CLOSE frame, then the TCP connection."""
         if not self.closed.done():
-            self._call(lambda c: c.close(code, reason))
+            self.call(lambda c: c.close(code, reason))
         self._terminate(code, reason, by_peer=False)
 
-    async def wait_streams_done(self, timeout_s: float) -> bool:
-        """Wait until no stream is open, at most ``timeout_s``; True if none are left."""
-        if self.streams and not self.closed.done():
-            if self._no_streams is None:
-                self._no_streams = asyncio.Event()
-            try:
-                async with asyncio.timeout(timeout_s):
-                    await self._no_streams.wait()
-            except TimeoutError:
-                pass
-        return not self.streams
-
-    # ------------------------------------------------------------ internals used by streams
-    def _call(self, fn: Callable[[TunnelConnection], object]) -> None:
+    # ------------------------------------------------------------ what streams call
+    def call(self, fn: Callable[[TunnelConnection], object]) -> None:
         """Run one call on the connection (a no-op once the tunnel is closed: every
         stream was already aborted). An illegal call raises LocalProtocolError."""
         if self.closed.done():
@@ -319,26 +304,24 @@ class Tunnel(CopyingReader, TunnelEvents):
         fn(self.conn)
         self._after_io()
 
-    def _send(self, stream_id: int, data: bytes | memoryview) -> None:
+    def send_stream_data(self, stream_id: int, data: bytes | memoryview) -> None:
+        """Queue stream data (within its credit) and see it written this turn or now."""
         self.conn.send_stream_data(stream_id, data)
         if len(data) >= IMMEDIATE_WRITE_BYTES and not self._flush_due():
             self._flush_now()
         else:
             self._flush()
 
-    def _consumed(self, stream_id: int, n: int) -> None:
+    def consume_stream_data(self, stream_id: int, n: int) -> None:
+        """The application took ``n`` bytes of a stream: their credit may flow back."""
         if self.closed.done():
             return
         self.conn.consume_stream_data(stream_id, n)
         if self.conn.has_data_to_send:  # credit is sent back once a quarter window was read
             self._flush()
 
-    def _forget(self, stream_id: int) -> None:
-        self.streams.pop(stream_id, None)
-        if not self.streams:
-            self._streams_done()
-
-    async def _wait_writable(self) -> None:
+    async def wait_writable(self) -> None:
+        """Return once the transport is under its mark again (at once when it is)."""
         if self._write_paused and not self.closed.done():
             if self._write_resumed is None:
                 self._write_resumed = asyncio.Event()
@@ -357,11 +340,6 @@ class Tunnel(CopyingReader, TunnelEvents):
         if not self.streams and moved == self._moved_at_pong:
             self.conn.trim()
         self._moved_at_pong = moved
-
-    def _streams_done(self) -> None:
-        done, self._no_streams = self._no_streams, None
-        if done is not None:
-            done.set()
 
     # ------------------------------------------------------------ the engine
     def _after_io(self) -> None:
@@ -432,8 +410,34 @@ class Tunnel(CopyingReader, TunnelEvents):
                     break
         finally:
             self._in_events = False
-        if not self.streams:
-            self._streams_done()
+
+    def _dispatch(self, event: ev.Event) -> None:
+        """One event: a stream's to its stream (data and windows are the streams' own
+        business, the most frequent events by far: no on_event), the tunnel's settled here;
+        every other event passed on to ``on_event`` afterwards."""
+        streams = self.streams
+        if isinstance(event, ev.StreamDataReceived):
+            streams.data(event.stream_id, event.data)
+            return
+        if isinstance(event, ev.StreamWindowOpened):
+            streams.window_opened(event.stream_id)
+            return
+        if streams.dispatch(event):
+            pass
+        elif isinstance(event, ev.DatagramReceived):
+            if self.on_datagram is not None:
+                self.on_datagram(event.data)
+        elif isinstance(event, ev.HandshakeCompleted):
+            if not self.handshake.done():
+                self.handshake.set_result(event.remote_static)
+        elif isinstance(event, ev.PongReceived):
+            self.rtt_s = event.rtt_s
+            self._trim_if_quiet()
+        elif isinstance(event, ev.ConnectionTerminated):
+            self._terminate(event.code, event.reason, by_peer=event.by_peer, event=event)
+            return
+        if self.on_event is not None:
+            self.on_event(self, event)
 
     def _terminate(
         self,
@@ -446,11 +450,7 @@ class Tunnel(CopyingReader, TunnelEvents):
         if self.closed.done():
             return
         self._deadlines.set(self, None)
-        for stream in list(self.streams.values()):
-            stream._abort(StreamCode.TUNNEL_CLOSED, reason)
-            stream._open_answered(StreamOpenError(OpenFailure.TUNNEL_CLOSED, reason))
-        self.streams.clear()
-        self._streams_done()
+        self.streams.abort_all(reason)
         if not self.handshake.done():
             self.handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
             self.handshake.exception()  # retrieved: nobody may be waiting
@@ -472,8 +472,4 @@ class Tunnel(CopyingReader, TunnelEvents):
     async def aclose(self) -> None:
         """Close and wait for handler tasks to finish (nothing left running)."""
         self.close()
-        tasks = list(self._tasks or ())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.streams.cancel_handlers()

@@ -2,8 +2,10 @@
 
 :class:`TunnelStream` buffers what the peer sent until the application reads it (credit
 flows back only then), waits for send credit before writing, and turns the peer's resets
-into :class:`StreamResetError`. Its :class:`~raven.transport.tunnel.Tunnel` delivers the
-events (``_feed``, ``_abort``...) and carries its calls to the connection.
+into :class:`StreamResetError`. Its tunnel's
+:class:`~raven.transport.tunnel_streams.TunnelStreams` delivers the events (the ``on_*``
+methods: the stream's side of the tunnel) and its tunnel, a :class:`StreamCarrier` (the
+:class:`~raven.transport.tunnel.Tunnel`), carries its calls to the connection.
 
 Instead of awaiting ``read``/``write``, a relay may :meth:`TunnelStream.attach` a
 :class:`StreamReceiver`: the stream's bytes, end and reset then arrive as callbacks (credit
@@ -16,25 +18,62 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from raven.protocol.codes import StreamCode
+from raven.protocol.connection import TunnelConnection
 from raven.transport.stream import StreamOpenError, StreamReceiver, StreamResetError
 
-if TYPE_CHECKING:
-    from raven.transport.tunnel import Tunnel
-
-__all__ = ["END_LINGER_S", "StreamReceiver", "TunnelStream"]
+__all__ = ["END_LINGER_S", "StreamCarrier", "StreamReceiver", "StreamSlots", "TunnelStream"]
 
 #: After we ended a stream whose peer has not ended yet and the application let go of it (a
 #: complete response), how long the peer has to send its END before the stream is reset.
 END_LINGER_S = 10.0
 
 
+class StreamSlots(Protocol):
+    """The tunnel's stream table as a stream sees it."""
+
+    def forget(self, stream_id: int) -> object:
+        """The stream is gone (reset or refused by us)."""
+        ...
+
+    @property
+    def crowded(self) -> bool:
+        """Over half the tunnel's streams are open: an idle one is not kept for reuse."""
+        ...
+
+
+class StreamCarrier(Protocol):
+    """What a stream needs of its tunnel (:class:`raven.transport.tunnel.Tunnel`)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def streams(self) -> StreamSlots: ...
+
+    @property
+    def write_paused(self) -> bool: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+    def call(self, fn: Callable[[TunnelConnection], object]) -> None: ...
+
+    def send_stream_data(self, stream_id: int, data: bytes | memoryview) -> None: ...
+
+    def consume_stream_data(self, stream_id: int, n: int) -> None: ...
+
+    def send_capacity(self, stream_id: int) -> int: ...
+
+    async def wait_writable(self) -> None: ...
+
+
 class TunnelStream:
     """One multiplexed stream: implements :class:`raven.transport.stream.ByteStream`."""
 
-    def __init__(self, tunnel: Tunnel, stream_id: int, *, incoming: bool) -> None:
+    def __init__(self, tunnel: StreamCarrier, stream_id: int, *, incoming: bool) -> None:
         self._tunnel = tunnel
         self.stream_id = stream_id
         self.incoming = incoming
@@ -50,10 +89,10 @@ class TunnelStream:
         self.opened: asyncio.Future[None] | None = None
         self._receiver: StreamReceiver | None = None
 
-    # ------------------------------------------------------------ events from the tunnel
-    def _feed(self, data: bytes) -> None:
+    # ------------------------------------------------------------ events (TunnelStreams)
+    def on_data(self, data: bytes) -> None:
         if self._linger is not None:  # nobody reads any more: give the credit straight back
-            self._tunnel._consumed(self.stream_id, len(data))
+            self._tunnel.consume_stream_data(self.stream_id, len(data))
             return
         if self._receiver is not None:
             self._receiver.stream_data(data)
@@ -61,13 +100,13 @@ class TunnelStream:
         self._chunks.append(data)
         self._readable.set()
 
-    def _feed_eof(self) -> None:
+    def on_end(self) -> None:
         self._eof = True
         self._readable.set()
         if self._receiver is not None:
             self._receiver.stream_eof()
 
-    def _abort(self, code: StreamCode, reason: str) -> None:
+    def on_reset(self, code: StreamCode, reason: str) -> None:
         self._stop_linger()
         if self._reset is None:
             self._reset = StreamResetError(code, reason)
@@ -76,12 +115,12 @@ class TunnelStream:
         if self._receiver is not None:
             self._receiver.stream_reset(self._reset)
 
-    def _window_opened(self) -> None:
+    def on_window(self) -> None:
         self._writable.set()
         if self._receiver is not None:
             self._receiver.stream_writable()
 
-    def _open_answered(self, failure: StreamOpenError | None) -> None:
+    def on_open_answer(self, failure: StreamOpenError | None) -> None:
         """The peer's answer to our OPEN (None: accepted), for whoever awaits ``opened``."""
         opened = self.opened
         if opened is not None and not opened.done():
@@ -90,13 +129,18 @@ class TunnelStream:
             else:
                 opened.set_exception(failure)
 
-    def _finished(self) -> None:
+    def on_closed(self) -> None:
         self._stop_linger()
         self._closed = True
         self._readable.set()
         self._writable.set()
 
     # ------------------------------------------------------------ incoming streams
+    @property
+    def answered(self) -> bool:
+        """Accepted or refused (an opened stream: always)."""
+        return self._answered
+
     def accept(self) -> None:
         """Accept an incoming stream (the agent connected to the target). Raises
         StreamResetError when the peer reset it (or the tunnel closed) meanwhile."""
@@ -104,15 +148,15 @@ class TunnelStream:
             raise self._reset
         if not self._answered:
             self._answered = True
-            self._tunnel._call(lambda c: c.accept_stream(self.stream_id))
+            self._tunnel.call(lambda c: c.accept_stream(self.stream_id))
 
     def refuse(self, code: StreamCode, reason: str = "") -> None:
         """Refuse an incoming stream with a reason code (nothing to do once reset)."""
         if not self._answered and self._reset is None:
             self._answered = True
             self._closed = True
-            self._tunnel._call(lambda c: c.refuse_stream(self.stream_id, code, reason))
-            self._tunnel._forget(self.stream_id)
+            self._tunnel.call(lambda c: c.refuse_stream(self.stream_id, code, reason))
+            self._tunnel.streams.forget(self.stream_id)
 
     # ------------------------------------------------------------ callbacks (StreamReceiver)
     def attach(self, receiver: StreamReceiver) -> None:
@@ -134,7 +178,7 @@ class TunnelStream:
     def consumed(self, size: int) -> None:
         """An attached receiver took ``size`` bytes: their credit may flow back."""
         if size and not self._closed and self._reset is None:
-            self._tunnel._consumed(self.stream_id, size)
+            self._tunnel.consume_stream_data(self.stream_id, size)
 
     @property
     def send_blocked(self) -> bool:
@@ -149,7 +193,7 @@ class TunnelStream:
             raise StreamResetError(StreamCode.CANCELLED, "write after end of stream")
         n = min(self._tunnel.send_capacity(self.stream_id), len(data))
         if n > 0:
-            self._tunnel._send(self.stream_id, data if n == len(data) else data[:n])
+            self._tunnel.send_stream_data(self.stream_id, data if n == len(data) else data[:n])
         return max(n, 0)
 
     def try_send(self, data: bytes) -> bool:
@@ -163,7 +207,7 @@ class TunnelStream:
         if self._sent_eof or self._closed or self._reset is not None:
             return
         self._sent_eof = True
-        self._tunnel._call(lambda c: c.end_stream(self.stream_id))
+        self._tunnel.call(lambda c: c.end_stream(self.stream_id))
 
     # ------------------------------------------------------------ ByteStream
     async def read(self, max_bytes: int = 65536) -> bytes:
@@ -180,7 +224,7 @@ class TunnelStream:
             chunk = chunk[:max_bytes]
         if not self._chunks and self._reset is None:
             self._readable.clear()
-        self._tunnel._consumed(self.stream_id, len(chunk))
+        self._tunnel.consume_stream_data(self.stream_id, len(chunk))
         return chunk
 
     async def write(self, data: bytes) -> None:
@@ -196,9 +240,9 @@ class TunnelStream:
                 await self._writable.wait()
                 continue
             n = min(capacity, len(view))
-            self._tunnel._send(self.stream_id, bytes(view[:n]))
+            self._tunnel.send_stream_data(self.stream_id, bytes(view[:n]))
             view = view[n:]
-        await self._tunnel._wait_writable()
+        await self._tunnel.wait_writable()
 
     def reusable(self) -> bool:
         """Idle and whole, on a tunnel neither draining nor more than half full of streams (an
@@ -206,8 +250,7 @@ class TunnelStream:
         whole = not (self._eof or self._sent_eof or self._closed or self._chunks)
         if not whole or self._reset is not None or self._linger is not None:
             return False
-        tunnel = self._tunnel
-        return not tunnel.draining and len(tunnel.streams) * 2 <= tunnel.conn.limits.max_streams
+        return not (self._tunnel.draining or self._tunnel.streams.crowded)
 
     async def write_eof(self) -> None:
         self.end()
@@ -218,8 +261,8 @@ class TunnelStream:
         self._reset = StreamResetError(code, reason)
         self._readable.set()
         self._writable.set()
-        self._tunnel._call(lambda c: c.reset_stream(self.stream_id, code, reason))
-        self._tunnel._forget(self.stream_id)
+        self._tunnel.call(lambda c: c.reset_stream(self.stream_id, code, reason))
+        self._tunnel.streams.forget(self.stream_id)
 
     async def aclose(self) -> None:
         self.close()
@@ -236,7 +279,7 @@ class TunnelStream:
             unread = sum(map(len, self._chunks))
             self._chunks.clear()
             if unread:
-                self._tunnel._consumed(self.stream_id, unread)
+                self._tunnel.consume_stream_data(self.stream_id, unread)
             self._linger = self._tunnel.loop.call_later(END_LINGER_S, self._linger_expired)
 
     def _linger_expired(self) -> None:

@@ -166,7 +166,7 @@ async def test_target_breaking_resets_the_stream_and_the_relay_holds_no_task(sit
         _, target = await conn
         (link,) = site.links
         assert link.tunnel is not None
-        assert not link.tunnel._tasks  # relaying, with no task behind the stream
+        assert not link.tunnel.streams.handlers_running  # relaying, with no task behind the stream
         target.write(b"HTTP/1.1 200 OK\r\n")
         assert await stream.read() == b"HTTP/1.1 200 OK\r\n"
         abort_with_rst(target.transport)

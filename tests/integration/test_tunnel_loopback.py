@@ -141,7 +141,7 @@ async def test_drain_lets_open_streams_finish_and_refuses_new(site: Site) -> Non
     assert await stream.read() == b"still flowing"
     await stream.write_eof()
     assert await stream.read() == b""
-    assert await session.tunnel.wait_streams_done(2.0)
+    assert await session.tunnel.streams.wait_done(2.0)
 
 
 async def test_rehandshakes_under_traffic_do_not_disturb_a_stream(
