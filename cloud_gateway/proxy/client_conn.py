@@ -127,6 +127,8 @@ class ClientConnection(asyncio.Protocol):
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[typing.Any]) -> None:
+        if self.task is not task and not task.cancelled() and task.exception() is None:
+            return  # its work goes on by callbacks (a request whose stream it opened)
         self.task = None
         if task.cancelled():  # a drain past its grace; a started answer was cut (RST) already
             self.close()

@@ -1,17 +1,17 @@
 """One proxied HTTP request: open a stream to the target, forward the request, relay the answer.
 
 The whole tunnel leg (open, request, response) runs under one deadline taken from
-``X-Prometheus-Scrape-Timeout-Seconds``. The request goes with the stream's OPEN when it can,
-else through ``write``; the response is relayed by callbacks (``response_relay``), the request's
-task only awaits its end. Until the first response byte goes to the client a failure becomes an
-error response; after that the client connection is cut without completing the framing, so a
-short body is never passed off as whole.
+``X-Prometheus-Scrape-Timeout-Seconds``. Only opening the stream is awaited (by the connection);
+the request goes with the stream's OPEN when it can, else at once when its head fits the
+stream's credit, else (a body, no credit) by a task of the exchange; the response is relayed by
+callbacks (``response_relay``) into :attr:`Exchange.done`. Until the first response byte goes
+to the client a failure becomes an error response; after that the client connection is cut
+without completing the framing, so a short body is never passed off as whole.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cloud_gateway.proxy.context import ProxyContext
@@ -88,6 +88,13 @@ class Exchange:
         #: the whole request went with the stream's OPEN (early_request)
         self.sent_early = False
         self.relay: ResponseRelay | None = None
+        #: what the exchange comes to (the relay resolves it; the deadline, a failed send or
+        #: a cancel end it before)
+        self.done: asyncio.Future[Outcome] = client.loop.create_future()
+        self.timeout_s = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        #: sends a body, or a head waiting for credit (most requests have none)
+        self._sender: asyncio.Task[None] | None = None
         #: the scraper named to the agent while backfill is on (the client's address)
         self.scraper = ctx.scrapers.note(client.client, target.mode.value) if ctx.scrapers else None
 
@@ -101,9 +108,7 @@ class Exchange:
         leaves): the head, with a Content-Length body already read; b"" when it cannot (a
         streamed or large body, ``Expect: 100-continue``) and :meth:`run` sends it."""
         req, buf = self.req, self.client.buf
-        head = request_head_for_target(
-            req, self.target, keep_alive=self.keep_stream, scraper=self.scraper
-        )
+        head = self._head()
         if req.body is BodyKind.NONE:
             data = head
         elif req.body is BodyKind.LENGTH and not req.expect_continue:
@@ -120,58 +125,45 @@ class Exchange:
         self.sent_early = True
         return data
 
-    async def run(self, stream: ByteStream, timeout_s: float) -> Outcome:
-        """Forward over ``stream``; raises ProxyError (nothing sent yet) or CutConnection."""
-        outcome: Outcome | None = None
+    def start(self, stream: ByteStream, timeout_s: float) -> asyncio.Future[Outcome]:
+        """Forward over ``stream`` under one deadline; returns :attr:`done`. The request
+        went with the OPEN, or its head goes now when the stream's credit allows; a body (or
+        a head waiting for credit) is sent by a task of the exchange, which reads the client.
+        Then the response is relayed by callbacks. :meth:`finish` says how it ended;
+        cancelling :attr:`done` (a drain past its grace) ends it now."""
+        loop = self.client.loop
+        self.timeout_s = timeout_s
+        self._timer = loop.call_later(timeout_s, self._fail, TimeoutError())
+        req = self.req
         try:
-            async with asyncio.timeout(timeout_s):
-                await self._send_request(stream)
-                outcome = await self._relay_response(stream)
+            if self.sent_early or (req.body is BodyKind.NONE and stream.try_send(self._head())):
+                self._attach_relay(stream)
+                return self.done
+        except StreamResetError as exc:  # gone since the pool checked it: stale
+            self._fail(exc)
+            return self.done
+        self._sender = loop.create_task(self._send_then_relay(stream))
+        return self.done
+
+    def finish(self, stream: ByteStream) -> Outcome | BaseException:
+        """Once :attr:`done` is: the stream released (kept for the next request when whole
+        and idle, ENDed after a complete response, else reset) and what the exchange came
+        to: the Outcome, a ProxyError (nothing sent to the client yet), a CutConnection,
+        or a CancelledError (cancelled)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._sender is not None:
+            self._sender.cancel()
+        done = self.done
+        outcome = None if done.cancelled() or done.exception() else done.result()
+        self._release(stream, outcome)
+        if outcome is not None:
             return outcome
-        except (TimeoutError, StreamResetError, HttpParseError, OSError) as exc:
-            raise self.error_for(exc, timeout_s) from None
-        finally:
-            self._release(stream, outcome)
-
-    def start(
-        self,
-        stream: ByteStream,
-        timeout_s: float,
-        on_done: Callable[[Outcome | BaseException], None],
-    ) -> bool:
-        """:meth:`run` without a task, for a bodiless request: the head goes out now and the
-        response is relayed by callbacks under one timer; ``on_done`` gets the Outcome or what
-        :meth:`run` would raise (a CancelledError after :meth:`cancel`). False, and nothing
-        sent, when the stream has no credit for the head now (:meth:`run` waits for it)."""
-        head = request_head_for_target(
-            self.req, self.target, keep_alive=self.keep_stream, scraper=self.scraper
-        )
-        if not stream.try_send(head):
-            return False
-        relay = self._attach_relay(stream)
-        timer = self.client.loop.call_later(timeout_s, relay.fail, TimeoutError())
-
-        def finish(done: asyncio.Future[Outcome]) -> None:
-            timer.cancel()
-            outcome = None if done.cancelled() or done.exception() else done.result()
-            self._release(stream, outcome)
-            if outcome is not None:
-                on_done(outcome)
-            elif done.cancelled():
-                on_done(asyncio.CancelledError())
-            else:
-                exc = done.exception()
-                assert exc is not None
-                on_done(self.error_for(exc, timeout_s))
-
-        relay.done.add_done_callback(finish)
-        return True
-
-    def cancel(self) -> None:
-        """End a :meth:`start`-ed exchange now (a drain past its grace): ``on_done`` gets a
-        CancelledError."""
-        if self.relay is not None:
-            self.relay.done.cancel()
+        if done.cancelled():
+            return asyncio.CancelledError()
+        exc = done.exception()
+        assert exc is not None
+        return self.error_for(exc, self.timeout_s)
 
     def error_for(self, exc: BaseException, timeout_s: float) -> BaseException:
         """What a failure of the exchange becomes: ProxyError before the response started,
@@ -216,13 +208,30 @@ class Exchange:
             error = ProxyError(ErrorKind.INCOMPLETE, f"response cut short: {error.detail}")
         return CutConnection(error, self.relay.status, self.relay.sent)
 
+    def _head(self) -> bytes:
+        return request_head_for_target(
+            self.req, self.target, keep_alive=self.keep_stream, scraper=self.scraper
+        )
+
+    def _fail(self, exc: BaseException) -> None:
+        """End the exchange with ``exc`` (its deadline passed, the send failed)."""
+        if not self.done.done():
+            self.done.set_exception(exc)
+
+    async def _send_then_relay(self, stream: ByteStream) -> None:
+        try:
+            await self._send_request(stream)
+        except (StreamResetError, HttpParseError, OSError) as exc:
+            self._fail(exc)
+            return
+        if not self.done.done():
+            self._attach_relay(stream)
+
     async def _send_request(self, stream: ByteStream) -> None:
         if self.sent_early:
             return
         req, client = self.req, self.client
-        head = request_head_for_target(
-            req, self.target, keep_alive=self.keep_stream, scraper=self.scraper
-        )
+        head = self._head()
         if req.body is BodyKind.NONE:
             await stream.write(head)
             return
@@ -243,13 +252,9 @@ class Exchange:
             if not data:
                 raise ConnectionResetError("client closed the connection mid-body")
 
-    async def _relay_response(self, stream: ByteStream) -> Outcome:
-        return await self._attach_relay(stream).done
-
-    def _attach_relay(self, stream: ByteStream) -> ResponseRelay:
+    def _attach_relay(self, stream: ByteStream) -> None:
         relay = self.relay = ResponseRelay(self.client, stream, self.req,
-                                           keep_stream=self.keep_stream,
-                                           ctx=self.ctx)  # fmt: skip
+                                           keep_stream=self.keep_stream, ctx=self.ctx,
+                                           done=self.done)  # fmt: skip
         self.client.attach_response(relay)
         stream.attach(relay)
-        return relay

@@ -1,15 +1,14 @@
 """One client connection on the HTTP proxy listener: keep-alive requests, driven by callbacks.
 
-Heads are parsed, resolved and admitted as bytes arrive (``data_received``). A bodiless request
-whose target has a kept stream (stream_pool) goes out at once and its answer comes back by
-callbacks, under one timer (``Exchange.start``); any other request runs in one task (a new
-stream, a body, CONNECT, the retry of a stale kept stream). Nothing runs for the connection
-between requests. Bounds: the first request
-head must arrive within ``header_timeout_s`` of the accept, later ones within
-``header_timeout_s`` of their first byte; an idle keep-alive connection closes after
-``idle_timeout_s`` (at once on a drain); a head over ``max_header_bytes`` gets 431. Parse errors
-close the connection; a failed target keeps it (the request was read completely) unless the
-request had a body.
+Heads are parsed, resolved and admitted as bytes arrive (``data_received``). Every request
+is one Exchange run by callbacks under one timer (``Exchange.start``): at once on a kept stream
+of its target (stream_pool), else once a task has opened its stream (the only wait; CONNECT
+then joins the client to it, ``relay``). Nothing runs for the connection between requests.
+Bounds: the first request head must arrive within ``header_timeout_s`` of the accept, later
+ones within ``header_timeout_s`` of their first byte; an idle keep-alive connection closes
+after ``idle_timeout_s`` (at once on a drain); a head over ``max_header_bytes`` gets 431. Parse
+errors close the connection; a failed target keeps it (the request was read completely) unless
+the request had a body.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from cloud_gateway.proxy.relay import relay
 from cloud_gateway.proxy.response_relay import Outcome
 from cloud_gateway.proxy.target import Mode, Target, resolve_target
 from raven.telemetry.logs import fields
-from raven.transport.stream import ByteStream, StreamResetError
+from raven.transport.stream import ByteStream
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 #: How a kept stream whose target connection went away while idle fails before any response
@@ -172,56 +171,70 @@ class HttpConnection(ClientConnection):
             return not close
         if target.mode is Mode.CONNECT:
             self.spawn(self._connect(target, slot))
-        elif not self._on_kept_stream(req, target, slot):
-            self.spawn(self._forward(req, target, slot, time.monotonic()))
+        else:
+            self._forward(req, target, slot, time.monotonic())
         return None
 
-    def _on_kept_stream(self, req: RequestHead, target: Target, slot: Admission) -> bool:
-        """Serve a bodiless request on a kept stream of its target (stream_pool) by callbacks:
-        no task, one timer (Exchange.start). False: the task path serves it (no kept
-        stream, a body, or no credit for the head now)."""
-        ctx = self.ctx
-        if req.body is not BodyKind.NONE or not ctx.streams.enabled:
-            return False
-        key = (target.node, target.port)
-        stream = ctx.streams.take(key)
-        if stream is None:
-            return False
-        start = time.monotonic()
-        exchange = Exchange(ctx, self, req, target, keep_stream=True)
-        inflight: asyncio.Future[None] = self.loop.create_future()
-
-        def done(result: Outcome | BaseException) -> None:
-            if not inflight.done():
-                inflight.set_result(None)
-            self.task = None
-            self._kept_stream_done(exchange, stream, slot, start, result)
-
-        timeout_s = ctx.scrape_timeout(req.header(_TIMEOUT_HEADER))
-        try:
-            sent = exchange.start(stream, timeout_s, done)
-        except StreamResetError:  # gone since the pool checked it: the task path opens anew
-            stream.close()
-            return False
-        if not sent:
-            ctx.streams.put(key, stream)  # the task waits for its credit
-            return False
-        self.task = inflight  # what a drain waits for, and cancels past its grace
-        inflight.add_done_callback(lambda f: exchange.cancel() if f.cancelled() else None)
-        return True
-
-    def _kept_stream_done(
+    def _forward(
         self,
-        exchange: Exchange,
-        stream: ByteStream,
+        req: RequestHead,
+        target: Target,
         slot: Admission,
         start: float,
-        result: Outcome | BaseException,
+        *,
+        fresh: bool = False,
     ) -> None:
+        """Forward one request: on a kept stream of its target at once (stream_pool: a
+        bodiless request, which may be sent again if the stream proves stale), else on a
+        stream a task opens (the request rides with the OPEN when it can); ``fresh``: a kept
+        stream proved stale, this is the one retry. Either way one Exchange, by callbacks."""
+        ctx = self.ctx
+        # the stream of a bodiless request (the target's connection) stays for the next
+        # request to that target from any client (stream_pool), whatever this client does
+        pooled = req.body is BodyKind.NONE and ctx.streams.enabled  # closed by a drain
+        exchange = Exchange(ctx, self, req, target, keep_stream=pooled)
+        stream = ctx.streams.take((target.node, target.port)) if pooled and not fresh else None
+        if stream is None:
+            self.spawn(self._open(exchange, slot, start))
+        else:
+            self._run(exchange, stream, slot, start, reused=True)
+
+    async def _open(self, exchange: Exchange, slot: Admission, start: float) -> bool | None:
+        """The one wait of a request: opening its stream. None: the exchange runs on (its
+        end goes on in _exchanged); else whether to keep the connection."""
         req, target = exchange.req, exchange.target
-        if _stale(result, exchange):
-            # the kept connection had gone: once afresh, on a new stream (the task path)
-            self.spawn(self._forward(req, target, slot, start, fresh=True))
+        timeout_s = self.ctx.scrape_timeout(req.header(_TIMEOUT_HEADER))
+        try:
+            stream = await open_target(self.ctx, target, timeout_s, exchange.early_request())
+        except ProxyError as exc:
+            slot.release()
+            close = not req.keep_alive or req.body is not BodyKind.NONE or self.ctx.draining
+            self._fail(exc, target.mode.value, target.node, close=close)
+            return not close
+        except BaseException:  # cancelled: a drain past its grace
+            slot.release()
+            raise
+        self._run(exchange, stream, slot, start, reused=False)
+        return None
+
+    def _run(
+        self, exchange: Exchange, stream: ByteStream, slot: Admission, start: float, reused: bool
+    ) -> None:
+        timeout_s = self.ctx.scrape_timeout(exchange.req.header(_TIMEOUT_HEADER))
+        done = exchange.start(stream, timeout_s - (time.monotonic() - start))
+        self.task = done  # what a drain waits for, and cancels past its grace
+        done.add_done_callback(lambda _: self._exchanged(exchange, stream, slot, start, reused))
+
+    def _exchanged(
+        self, exchange: Exchange, stream: ByteStream, slot: Admission, start: float, reused: bool
+    ) -> None:
+        """The exchange ended: a stale kept stream's request once more afresh; else the
+        admission slot released, the outcome recorded, the connection kept or ended."""
+        self.task = None
+        result = exchange.finish(stream)
+        req, target = exchange.req, exchange.target
+        if reused and _stale(result, exchange):
+            self._forward(req, target, slot, start, fresh=True)
             return
         with slot:
             if isinstance(result, Outcome):
@@ -234,56 +247,6 @@ class HttpConnection(ClientConnection):
             else:
                 keep = self._failed(result, target)
         self.finished(keep)
-
-    async def _forward(
-        self,
-        req: RequestHead,
-        target: Target,
-        slot: Admission,
-        start: float,
-        *,
-        fresh: bool = False,
-    ) -> bool:
-        """The task path: open a stream (or take a kept one) and forward under the deadline;
-        ``fresh``: a kept stream proved stale, this is the one retry."""
-        with slot:
-            return await self._forward_on(req, target, start, fresh)
-
-    async def _forward_on(
-        self, req: RequestHead, target: Target, start: float, fresh: bool
-    ) -> bool:
-        ctx = self.ctx
-        timeout_s = ctx.scrape_timeout(req.header(_TIMEOUT_HEADER))
-        close_on_error = not req.keep_alive or req.body is not BodyKind.NONE or ctx.draining
-        # a request without a body can be sent again if a kept stream proves stale: it takes
-        # one from the pool, and its stream (the target's connection) stays for the next
-        # request to that target from any client (stream_pool), whatever this client does
-        pooled = req.body is BodyKind.NONE and ctx.streams.enabled  # closed by a drain
-        stream = ctx.streams.take((target.node, target.port)) if pooled and not fresh else None
-        reused = stream is not None
-        while True:
-            exchange = Exchange(ctx, self, req, target, keep_stream=pooled)
-            if stream is None:  # the request rides with the OPEN when it can
-                try:
-                    stream = await open_target(ctx, target, timeout_s, exchange.early_request())
-                except ProxyError as exc:
-                    self._fail(exc, target.mode.value, target.node, close=close_on_error)
-                    return not close_on_error
-            remaining = timeout_s - (time.monotonic() - start)
-            try:
-                outcome = await exchange.run(stream, remaining)
-            except asyncio.CancelledError:
-                if exchange.started:  # a drain past its grace cuts the answer: visibly
-                    self.abort()
-                raise
-            except (CutConnection, ProxyError) as exc:
-                if reused and req.body is BodyKind.NONE and _stale(exc, exchange):
-                    reused, stream = False, None  # the kept connection had gone: once afresh
-                    continue
-                return self._failed(exc, target)
-            break
-        self._succeeded(target, stream, outcome, start)
-        return outcome.keep_alive
 
     def _succeeded(
         self, target: Target, stream: ByteStream, outcome: Outcome, start: float

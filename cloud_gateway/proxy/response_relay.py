@@ -68,13 +68,15 @@ class ResponseRelay:
         *,
         keep_stream: bool,
         ctx: ProxyContext,
+        done: asyncio.Future[Outcome],
     ) -> None:
         self.client = client
         self.stream = stream
         self.req = req
         self.keep_stream = keep_stream
         self.ctx = ctx
-        self.done: asyncio.Future[Outcome] = client.loop.create_future()
+        #: the exchange's future: resolved by the relay (or failed: a deadline, a cancel)
+        self.done = done
         #: a response byte went to the client; its status; bytes sent to the client
         self.started = False
         self.status = 0

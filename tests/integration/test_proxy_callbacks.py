@@ -229,6 +229,12 @@ class _BrokenKeptStream:
     def end(self) -> None:
         pass
 
+    def detach(self) -> None:
+        pass
+
+    def reset(self, code: StreamCode, reason: str = "") -> None:
+        self.closed = True
+
     def close(self) -> None:
         self.closed = True
 
