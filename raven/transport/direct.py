@@ -2,20 +2,20 @@
 
 Used by tests and the demo in place of the agent registry: same :class:`StreamOpener` contract,
 same :class:`StreamOpenError` reasons, no tunnel. A node maps to a host (name or address) that is
-dialled with ``loop.create_connection``; received data is queued (bounded) and
-handed out without copies.
+dialled with ``loop.create_connection``; received data goes to the attached receiver or the
+stream's inbox (bounded), without copies.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 from collections.abc import Collection, Mapping
 from typing import cast
 
 from raven.protocol.codes import StreamCode
 from raven.protocol.names import normalize_node_name
 from raven.transport.connect_errors import connect_failure
+from raven.transport.inbox import StreamInbox
 from raven.transport.reset import abort_with_rst
 from raven.transport.stream import (
     OPEN_FAILURE_BY_CODE,
@@ -27,153 +27,91 @@ from raven.transport.stream import (
 )
 
 
-class _Protocol(asyncio.Protocol):
-    """Receive side of a :class:`DirectStream`: a bounded queue of received chunks.
+class DirectStream(asyncio.Protocol):
+    """A :class:`ByteStream` over one TCP connection (and that connection's protocol).
 
-    Reading pauses once ``HIGH_WATER_BYTES`` are queued and resumes below ``LOW_WATER_BYTES``,
-    so a slow consumer holds at most about that much per stream. Chunks are handed out as
-    received, without copying.
+    Received bytes go to the attached receiver, else to the stream's inbox (for ``read``).
+    Reading pauses once ``HIGH_WATER_BYTES`` were received and not yet consumed and resumes
+    below ``LOW_WATER_BYTES``, so a slow consumer holds at most about that much per stream.
     """
 
     HIGH_WATER_BYTES = 1 << 20
     LOW_WATER_BYTES = 256 << 10
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.chunks: collections.deque[bytes] = collections.deque()
-        self.queued = 0
-        self.eof = False
-        self.lost = False
-        self.error: Exception | None = None
-        self.paused_reading = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._inbox = StreamInbox(self)
+        #: where the stream's events go: its inbox unless a receiver is attached
+        self.receiver: StreamReceiver = self._inbox
+        self._queued = 0
+        self._eof = self._lost = self._paused_reading = self._write_paused = False
+        self._error: Exception | None = None
         self._drain: asyncio.Future[None] | None = None
-        self.write_paused = False
-        self.receiver: StreamReceiver | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
-
-    def data_received(self, data: bytes) -> None:
-        self.queued += len(data)
-        if self.queued > self.HIGH_WATER_BYTES and self.transport is not None:
-            self.transport.pause_reading()
-            self.paused_reading = True
-        if self.receiver is not None:
-            self.receiver.stream_data(data)
-            return
-        self.chunks.append(data)
-        self._wake()
-
-    def consumed(self, size: int) -> None:
-        self.queued -= size
-        if self.paused_reading and self.queued < self.LOW_WATER_BYTES:
-            self.paused_reading = False
-            if self.transport is not None and not self.lost:
-                self.transport.resume_reading()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        self._wake()
-        if self.receiver is not None:
-            self.receiver.stream_eof()
-        return True  # keep our sending side open (half-close)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.error = exc
-        self._wake()
-        self.write_paused = False
-        self._wake_drain()
-        receiver, self.receiver = self.receiver, None
-        if receiver is None:
-            return
-        if exc is not None:
-            detail = str(exc) or type(exc).__name__
-            receiver.stream_reset(StreamResetError(StreamCode.TARGET_RESET, detail))
-        elif not self.eof:
-            receiver.stream_eof()
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        self._wake_drain()
-        if self.receiver is not None:
-            self.receiver.stream_writable()
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _wake_drain(self) -> None:
-        drain, self._drain = self._drain, None
-        if drain is not None and not drain.done():
-            drain.set_result(None)
-
-    async def wait_data(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
-        await self._waiter
-
-    async def drain(self) -> None:
-        if self.write_paused and not self.lost:
-            self._drain = asyncio.get_running_loop().create_future()
-            await self._drain
-
-
-class DirectStream:
-    """A :class:`ByteStream` over one TCP connection."""
-
-    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
-        self._transport = transport
-        self._proto = protocol
         self._reset: StreamResetError | None = None
         self._eof_written = False
 
-    def _broken(self) -> StreamResetError:
-        if self._reset is None:
-            exc = self._proto.error
-            detail = (str(exc) or type(exc).__name__) if exc else "connection closed"
-            self._reset = StreamResetError(StreamCode.TARGET_RESET, detail)
+    # ------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:
+        self._queued += len(data)
+        if self._queued > self.HIGH_WATER_BYTES and self._transport is not None:
+            self._transport.pause_reading()
+            self._paused_reading = True
+        self.receiver.stream_data(data)
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self.receiver.stream_eof()
+        return True  # keep our sending side open (half-close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._error = exc
+        self._write_paused = False
+        self._wake_drain()
+        receiver, self.receiver = self.receiver, self._inbox  # nothing more to deliver
+        if exc is not None:
+            receiver.stream_reset(self._broken())
+        elif not self._eof:
+            receiver.stream_eof()
+        self._inbox.wake()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain()
+        self.receiver.stream_writable()
+
+    # ------------------------------------------------------------ ByteStream
+    async def read(self, max_bytes: int = 65536) -> bytes:
+        """What the inbox holds (no receiver attached): :meth:`StreamInbox.read`."""
+        return await self._inbox.read(max_bytes)
+
+    def read_failure(self) -> StreamResetError | None:
+        if self._reset is None and self._lost and self._error is not None:
+            return self._broken()
         return self._reset
 
-    async def read(self, max_bytes: int = 65536) -> bytes:
-        proto = self._proto
-        while True:
-            if self._reset is not None:
-                raise self._reset
-            if proto.chunks:
-                data = proto.chunks.popleft()
-                if len(data) > max_bytes:
-                    proto.chunks.appendleft(data[max_bytes:])
-                    data = data[:max_bytes]
-                proto.consumed(len(data))
-                return data
-            if proto.eof:
-                return b""
-            if proto.lost:
-                if proto.error is None:
-                    return b""
-                raise self._broken()
-            await proto.wait_data()
+    def read_ended(self) -> bool:
+        return self._eof or self._lost
 
     async def write(self, data: bytes) -> None:
-        if self._reset is not None:
-            raise self._reset
-        if self._proto.lost or self._eof_written:
-            raise self._broken()
-        self._transport.write(data)
-        await self._proto.drain()
-        if self._proto.lost and self._proto.error is not None:
+        self.try_send(data)
+        if self._write_paused and not self._lost:
+            self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+        if self._lost and self._error is not None:
             raise self._broken()
 
     def try_send(self, data: bytes) -> bool:
         """The transport buffers what the socket does not take: always sent."""
         if self._reset is not None:
             raise self._reset
-        if self._proto.lost or self._eof_written:
+        if self._lost or self._eof_written or self._transport is None:
             raise self._broken()
         self._transport.write(data)
         return True
@@ -186,31 +124,31 @@ class DirectStream:
     @property
     def send_blocked(self) -> bool:
         """The transport is over its mark (``stream_writable`` comes at resume_writing)."""
-        return self._proto.write_paused
+        return self._write_paused
 
     def attach(self, receiver: StreamReceiver) -> None:
-        proto = self._proto
-        proto.receiver = receiver
-        while proto.chunks and proto.receiver is receiver:
-            receiver.stream_data(proto.chunks.popleft())
-        if proto.receiver is not receiver:
+        self.receiver = receiver
+        self._inbox.hand_to(receiver)
+        if self.receiver is not receiver:
             return
-        if self._reset is not None:
-            receiver.stream_reset(self._reset)
-        elif proto.eof or (proto.lost and proto.error is None):
+        failure = self.read_failure()
+        if failure is not None:
+            receiver.stream_reset(failure)
+        elif self.read_ended():
             receiver.stream_eof()
-        elif proto.lost:
-            receiver.stream_reset(self._broken())
 
     def detach(self) -> None:
-        self._proto.receiver = None
+        self.receiver = self._inbox
 
     def consumed(self, size: int) -> None:
-        self._proto.consumed(size)
+        self._queued -= size
+        if self._paused_reading and self._queued < self.LOW_WATER_BYTES:
+            self._paused_reading = False
+            if self._transport is not None and not self._lost:
+                self._transport.resume_reading()
 
     def reusable(self) -> bool:
-        proto = self._proto
-        idle = not proto.chunks and not proto.eof and not proto.lost
+        idle = not (self._inbox or self._eof or self._lost)
         return idle and self._reset is None and not self._eof_written
 
     async def write_eof(self) -> None:
@@ -218,33 +156,50 @@ class DirectStream:
             raise self._reset
         if self._eof_written:
             return
-        if self._proto.lost:
+        if self._lost:
             self._eof_written = True
             raise self._broken()
         self.end()
 
     def end(self) -> None:
-        if self._eof_written or self._reset is not None or self._proto.lost:
+        if self._eof_written or self._reset is not None or self._lost:
             return
         self._eof_written = True
-        if self._transport.can_write_eof():
+        if self._transport is not None and self._transport.can_write_eof():
             self._transport.write_eof()
 
     def reset(self, code: StreamCode, reason: str = "") -> None:
-        self._proto.receiver = None  # our own reset: nothing more to deliver
+        self.receiver = self._inbox  # our own reset: nothing more to deliver
         if self._reset is None:
             self._reset = StreamResetError(code, reason)
-        abort_with_rst(self._transport)  # as the agent cuts its target: an RST, not a FIN
+        self._inbox.wake()
+        if self._transport is not None:
+            abort_with_rst(self._transport)  # as the agent cuts its target: an RST, not a FIN
 
     async def aclose(self) -> None:
         self.close()
 
     def close(self) -> None:
         """Close without waiting: the response is complete, the socket flushes on its own."""
+        if self._transport is None:
+            return
         if self._reset is not None:
             self._transport.abort()
         else:
             self._transport.close()
+
+    # ------------------------------------------------------------ internals
+    def _broken(self) -> StreamResetError:
+        if self._reset is None:
+            exc = self._error
+            detail = (str(exc) or type(exc).__name__) if exc else "connection closed"
+            self._reset = StreamResetError(StreamCode.TARGET_RESET, detail)
+        return self._reset
+
+    def _wake_drain(self) -> None:
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
 
 
 class DirectOpener:
@@ -277,11 +232,10 @@ class DirectOpener:
         try:
             async with asyncio.timeout(timeout):
                 loop = asyncio.get_running_loop()
-                transport, protocol = await loop.create_connection(_Protocol, address, port)
+                _, stream = await loop.create_connection(DirectStream, address, port)
         except (OSError, TimeoutError) as exc:
             code, detail = connect_failure(exc, f"{name}:{port}", address)
             raise StreamOpenError(OPEN_FAILURE_BY_CODE[code], detail) from None
-        stream = DirectStream(transport, protocol)
         if data:
             await stream.write(data)
         return stream

@@ -7,22 +7,22 @@ into :class:`StreamResetError`. Its tunnel's
 methods: the stream's side of the tunnel) and its tunnel, a :class:`StreamCarrier` (the
 :class:`~raven.transport.tunnel.Tunnel`), carries its calls to the connection.
 
-Instead of awaiting ``read``/``write``, a relay may :meth:`TunnelStream.attach` a
-:class:`StreamReceiver`: the stream's bytes, end and reset then arrive as callbacks (credit
-flows back when the receiver calls :meth:`TunnelStream.consumed`), and it sends with
-:meth:`TunnelStream.send_nowait` (as much as the credit allows), told by ``stream_writable``
-when more may go.
+The stream's bytes, end and reset go to its :attr:`TunnelStream.receiver` as callbacks: a
+relay :meth:`TunnelStream.attach`-es one (credit flows back when it calls
+:meth:`TunnelStream.consumed`) and sends with :meth:`TunnelStream.send_nowait` (as much as the
+credit allows), told by ``stream_writable`` when more may go. With none attached they go to the
+stream's :class:`~raven.transport.inbox.StreamInbox`, which ``read`` takes them from.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 from collections.abc import Callable
 from typing import Protocol
 
 from raven.protocol.codes import StreamCode
 from raven.protocol.connection import TunnelConnection
+from raven.transport.inbox import StreamInbox
 from raven.transport.stream import StreamOpenError, StreamReceiver, StreamResetError
 
 __all__ = ["END_LINGER_S", "StreamCarrier", "StreamReceiver", "StreamSlots", "TunnelStream"]
@@ -77,8 +77,7 @@ class TunnelStream:
         self._tunnel = tunnel
         self.stream_id = stream_id
         self.incoming = incoming
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._readable = asyncio.Event()
+        self._inbox = StreamInbox(self)
         self._writable = asyncio.Event()
         self._eof = False
         self._sent_eof = False
@@ -87,38 +86,30 @@ class TunnelStream:
         self._answered = not incoming
         self._linger: asyncio.TimerHandle | None = None
         self.opened: asyncio.Future[None] | None = None
-        self._receiver: StreamReceiver | None = None
+        #: where the stream's events go: its inbox (for ``read``) unless a receiver is attached
+        self.receiver: StreamReceiver = self._inbox
 
     # ------------------------------------------------------------ events (TunnelStreams)
     def on_data(self, data: bytes) -> None:
         if self._linger is not None:  # nobody reads any more: give the credit straight back
             self._tunnel.consume_stream_data(self.stream_id, len(data))
             return
-        if self._receiver is not None:
-            self._receiver.stream_data(data)
-            return
-        self._chunks.append(data)
-        self._readable.set()
+        self.receiver.stream_data(data)
 
     def on_end(self) -> None:
         self._eof = True
-        self._readable.set()
-        if self._receiver is not None:
-            self._receiver.stream_eof()
+        self.receiver.stream_eof()
 
     def on_reset(self, code: StreamCode, reason: str) -> None:
         self._stop_linger()
         if self._reset is None:
             self._reset = StreamResetError(code, reason)
-        self._readable.set()
         self._writable.set()
-        if self._receiver is not None:
-            self._receiver.stream_reset(self._reset)
+        self.receiver.stream_reset(self._reset)
 
     def on_window(self) -> None:
         self._writable.set()
-        if self._receiver is not None:
-            self._receiver.stream_writable()
+        self.receiver.stream_writable()
 
     def on_open_answer(self, failure: StreamOpenError | None) -> None:
         """The peer's answer to our OPEN (None: accepted), for whoever awaits ``opened``."""
@@ -132,7 +123,7 @@ class TunnelStream:
     def on_closed(self) -> None:
         self._stop_linger()
         self._closed = True
-        self._readable.set()
+        self._inbox.wake()
         self._writable.set()
 
     # ------------------------------------------------------------ incoming streams
@@ -162,9 +153,8 @@ class TunnelStream:
     def attach(self, receiver: StreamReceiver) -> None:
         """Deliver this stream's events to ``receiver`` from now on, starting with what is
         buffered (bytes, then the END or the reset)."""
-        self._receiver = receiver
-        while self._chunks and self._receiver is receiver:
-            receiver.stream_data(self._chunks.popleft())
+        self.receiver = receiver
+        self._inbox.hand_to(receiver)
         if self._reset is not None:
             receiver.stream_reset(self._reset)
         elif self._eof:
@@ -173,7 +163,7 @@ class TunnelStream:
     def detach(self) -> None:
         """Back to ``read``: bytes that arrive from now on are buffered (a kept stream between
         two requests; anything that arrives then makes it no longer reusable)."""
-        self._receiver = None
+        self.receiver = self._inbox
 
     def consumed(self, size: int) -> None:
         """An attached receiver took ``size`` bytes: their credit may flow back."""
@@ -211,21 +201,14 @@ class TunnelStream:
 
     # ------------------------------------------------------------ ByteStream
     async def read(self, max_bytes: int = 65536) -> bytes:
-        while not self._chunks:
-            if self._reset is not None:
-                raise self._reset
-            if self._eof or self._closed:
-                return b""
-            self._readable.clear()
-            await self._readable.wait()
-        chunk = self._chunks.popleft()
-        if len(chunk) > max_bytes:
-            self._chunks.appendleft(chunk[max_bytes:])
-            chunk = chunk[:max_bytes]
-        if not self._chunks and self._reset is None:
-            self._readable.clear()
-        self._tunnel.consume_stream_data(self.stream_id, len(chunk))
-        return chunk
+        """What the inbox holds (no receiver attached): :meth:`StreamInbox.read`."""
+        return await self._inbox.read(max_bytes)
+
+    def read_failure(self) -> StreamResetError | None:
+        return self._reset
+
+    def read_ended(self) -> bool:
+        return self._eof or self._closed
 
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -247,7 +230,7 @@ class TunnelStream:
     def reusable(self) -> bool:
         """Idle and whole, on a tunnel neither draining nor more than half full of streams (an
         idle stream kept for reuse must not crowd out new ones)."""
-        whole = not (self._eof or self._sent_eof or self._closed or self._chunks)
+        whole = not (self._eof or self._sent_eof or self._closed or self._inbox)
         if not whole or self._reset is not None or self._linger is not None:
             return False
         return not (self._tunnel.draining or self._tunnel.streams.crowded)
@@ -259,7 +242,7 @@ class TunnelStream:
         if self._closed or self._reset is not None:
             return
         self._reset = StreamResetError(code, reason)
-        self._readable.set()
+        self._inbox.wake()
         self._writable.set()
         self._tunnel.call(lambda c: c.reset_stream(self.stream_id, code, reason))
         self._tunnel.streams.forget(self.stream_id)
@@ -276,8 +259,7 @@ class TunnelStream:
         if not self._sent_eof:
             self.reset(StreamCode.CANCELLED, "closed by application")
         elif not self._eof:
-            unread = sum(map(len, self._chunks))
-            self._chunks.clear()
+            unread = self._inbox.drop()
             if unread:
                 self._tunnel.consume_stream_data(self.stream_id, unread)
             self._linger = self._tunnel.loop.call_later(END_LINGER_S, self._linger_expired)

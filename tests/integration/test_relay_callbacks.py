@@ -24,7 +24,7 @@ NODE = "edge-relay-1"
 def agent_leg(site: Site) -> Splice:
     """The one target leg the agent relays right now."""
     (stream,) = site.relays[0].active
-    leg = stream._receiver
+    leg = stream.receiver
     assert isinstance(leg, Splice)
     return leg
 
@@ -90,7 +90,7 @@ async def test_slow_gateway_reader_pauses_the_target_read(site: Site) -> None:
         leg = agent_leg(site)
         window = LIMITS.stream_window_bytes
         # the gateway holds at most the window, the agent at most one read beyond the credit
-        assert sum(len(c) for c in stream._chunks) <= window
+        assert sum(len(c) for c in stream._inbox.chunks) <= window
         assert len(leg._pending) <= 256 * 1024
         resumed: list[bool] = []
         resume = leg._resume_reading

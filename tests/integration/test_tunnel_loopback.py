@@ -116,8 +116,8 @@ async def test_stalled_stream_does_not_slow_another(site: Site) -> None:
         while got < 20 * window:  # far more than the stalled stream may buffer
             got += len(await busy.read())
         # the stalled stream holds at most its window, and nothing was lost or mixed up
-        assert stalled._chunks, "stalled stream received nothing at all"
-        buffered = sum(len(c) for c in stalled._chunks)
+        assert stalled._inbox.chunks, "stalled stream received nothing at all"
+        buffered = sum(len(c) for c in stalled._inbox.chunks)
         assert buffered <= window
         await stalled.aclose()
         await busy.aclose()

@@ -15,7 +15,7 @@ from cloud_gateway.proxy.context import ProxyContext
 from cloud_gateway.proxy.errors import ErrorKind, HttpParseError
 from cloud_gateway.proxy.heads import parse_request_head
 from cloud_gateway.proxy.metrics import ProxyMetrics
-from cloud_gateway.proxy.response_relay import ResponseRelay
+from cloud_gateway.proxy.response_relay import Outcome, ResponseRelay
 from raven.config.gateway import ProxyConfig
 from raven.protocol.codes import StreamCode
 from raven.transport.stream import OpenFailure, StreamResetError
@@ -50,7 +50,10 @@ def relay_for(request: bytes, sink: Sink, credit: Credit, *, keep: bool = True) 
     metrics = ProxyMetrics(CollectorRegistry())
     ctx = ProxyContext(opener=FailingOpener(OpenFailure.INTERNAL), config=ProxyConfig(),
                        metrics=metrics)  # fmt: skip
-    return ResponseRelay(sink, credit, parse_request_head(request), keep_stream=keep, ctx=ctx)
+    done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+    return ResponseRelay(
+        sink, credit, parse_request_head(request), keep_stream=keep, ctx=ctx, done=done
+    )
 
 
 GET11 = b"GET /metrics HTTP/1.1\r\nHost: n:1\r\n\r\n"
