@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from raven.transport.splice import SOCKET_WRITE_HIGH_WATER_BYTES, Splice
 from raven.protocol.codes import StreamCode
 from raven.transport.reset import abort_with_rst
+from raven.transport.splice import SOCKET_WRITE_HIGH_WATER_BYTES, Splice
 from raven.transport.stream import OpenFailure, StreamOpenError, StreamResetError
 from raven.transport.tunnel_stream import TunnelStream
 from tests.helpers import wait_for
