@@ -24,6 +24,7 @@ WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY scripts/raven_build.py scripts/
 COPY raven/ raven/
+COPY raven_cli/ raven_cli/
 COPY cloud_gateway/ cloud_gateway/
 COPY edge_agent/ edge_agent/
 COPY gpu_exporter/ gpu_exporter/

@@ -89,7 +89,7 @@ def write_configs(tmp: Path, event_loop: str | None = None) -> tuple[Path, Path,
 def measure(root: Path, settle_s: float, event_loop: str | None) -> tuple[int, int]:
     """(RSS once ready, RSS after ``settle_s``) of one agent, in KiB."""
     env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'coredns-hosts'}"}
-    cmd = [sys.executable, "-c", "import sys; from raven.cli import main; sys.exit(main())"]
+    cmd = [sys.executable, "-c", "import sys; from raven_cli.main import main; sys.exit(main())"]
     with tempfile.TemporaryDirectory() as tmp_dir:
         gw_cfg, ag_cfg, admin_port = write_configs(Path(tmp_dir), event_loop)
         procs: list[subprocess.Popen[bytes]] = []

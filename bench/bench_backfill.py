@@ -51,7 +51,7 @@ from raven.keys import encode_key, generate_private_key, public_key, write_priva
 from tests.helpers import free_port  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
-RAVEN = [sys.executable, "-m", "raven.cli"]
+RAVEN = [sys.executable, "-m", "raven_cli.main"]
 
 TARGETS_CODE = """
 import asyncio, sys

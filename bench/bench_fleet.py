@@ -607,7 +607,14 @@ def run(args: argparse.Namespace, tmp: Path, procs: Procs, report: Report) -> No
         wait_port(node_address(first + count - 1, args.nodes_per_agent), args.node_port, 60)
     procs.check()
 
-    gateway = [sys.executable, "-m", "raven.cli", "gateway", "--config", str(tmp / "gateway.yaml")]
+    gateway = [
+        sys.executable,
+        "-m",
+        "raven_cli.main",
+        "gateway",
+        "--config",
+        str(tmp / "gateway.yaml"),
+    ]
     procs.start("gateway", gateway, tmp / "gateway.log")
     wait_port("127.0.0.1", spec["admin_port"], 30)
 

@@ -51,7 +51,14 @@ def run(args: argparse.Namespace, tmp: Path, procs: Procs) -> None:
         interval_s=15, timeout_s=10,
     )  # fmt: skip
     spec = write_setup(tmp, setup)
-    gateway = [sys.executable, "-m", "raven.cli", "gateway", "--config", str(tmp / "gateway.yaml")]
+    gateway = [
+        sys.executable,
+        "-m",
+        "raven_cli.main",
+        "gateway",
+        "--config",
+        str(tmp / "gateway.yaml"),
+    ]
     pid = procs.start("gateway", gateway, tmp / "gateway.log").pid
     wait_port("127.0.0.1", spec["admin_port"], 60)
     idle = settled_rss_kib(pid, args.settle_s)  # after a heap trim too, like the readings below

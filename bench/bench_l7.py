@@ -474,7 +474,7 @@ def main() -> int:
                 gw_conf, agent_conf, port = write_tunnel_configs(
                     tmp, target_port, event_loop, 2 * max(64, *args.conns), wss
                 )
-                cli = [sys.executable, "-m", "raven.cli"]
+                cli = [sys.executable, "-m", "raven_cli.main"]
                 gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT)
                 procs.append(gateway)
                 wait_port(port)

@@ -70,7 +70,7 @@ from tests.helpers import free_port  # noqa: E402
 from tests.helpers.hostile_agent import HostileAgent, register_frames, run_hostile_agent  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
-RAVEN = [sys.executable, "-m", "raven.cli"]
+RAVEN = [sys.executable, "-m", "raven_cli.main"]
 BUSY_NODES, WATCHED_NODES = 20, 5
 BENIGN, HOSTILE_EACH = 900, 20
 BENIGN_ADDRESSES = 30

@@ -11,8 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from cloud_gateway.metrics import GatewayMetrics
 from cloud_gateway.registry import AgentSession, Registry
 from cloud_gateway.status import ScrapeLog, gateway_status, status_page_html
@@ -27,7 +25,7 @@ from raven.runtime.service import run_until_signalled
 from raven.telemetry.loop_lag import LoopLagProbe
 from raven.telemetry.metrics import TunnelMetrics
 from raven.telemetry.process_metrics import process_registry
-from raven.telemetry.promclient import generate_text_off_loop
+from raven.telemetry.promclient import CollectorRegistry, generate_text_off_loop
 from raven.transport.tunnel import Tunnel, TunnelStream
 from raven.version import version
 

@@ -3,7 +3,7 @@ proxy/metrics)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from raven.telemetry.promclient import CollectorRegistry, Counter, Gauge
 
 
 class GatewayMetrics:

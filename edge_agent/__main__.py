@@ -2,6 +2,6 @@
 
 import sys
 
-from raven.cli import main
+from raven_cli.main import main
 
 sys.exit(main(["agent", *sys.argv[1:]]))

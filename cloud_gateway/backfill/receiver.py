@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from cloud_gateway.backfill.remote_write import RemoteWriteError, RemoteWriter, Series, encode_body
 from cloud_gateway.backfill.routing import route
 from cloud_gateway.backfill.scrapers import ScraperBook
@@ -37,6 +35,7 @@ from raven.backfill.wire import (
 from raven.config.backfill import GatewayBackfillConfig
 from raven.protocol.codes import StreamCode
 from raven.telemetry.logs import doc_link, fields
+from raven.telemetry.promclient import CollectorRegistry, Counter, Gauge, Histogram
 from raven.transport.stream import StreamResetError
 from raven.transport.tunnel import TunnelStream
 

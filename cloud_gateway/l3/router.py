@@ -22,8 +22,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from prometheus_client import CollectorRegistry
-
 from raven.l3 import (
     DropReason,
     IPNetwork,
@@ -34,6 +32,7 @@ from raven.l3 import (
     parse_packet,
 )
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
+from raven.telemetry.promclient import CollectorRegistry
 from raven.transport.netconfig import NetConfig
 from raven.transport.tun import TunDevice
 from raven.transport.tun_path import TunPath

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry
-
 from cloud_gateway.l3.router import AgentPort, L3Router, SendDatagram
 from raven.config.common import TunConfig
 from raven.l3 import IPNetwork
+from raven.telemetry.promclient import CollectorRegistry
 from raven.transport.netconfig import NetConfig
 from raven.transport.tun import TunDevice
 from raven.transport.tun_setup import start_on_tun

@@ -13,8 +13,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry
-
 from cloud_gateway.backfill.scrapers import ScraperBook
 from cloud_gateway.proxy.client_conn import ClientConnection, ConnectionSlots
 from cloud_gateway.proxy.context import ProxyContext
@@ -24,6 +22,7 @@ from cloud_gateway.proxy.tls_conn import TlsConnection
 from cloud_gateway.status import ScrapeLog
 from raven.config.gateway import ProxyConfig
 from raven.hostport import parse_hostport
+from raven.telemetry.promclient import CollectorRegistry
 from raven.transport.stream import StreamOpener
 
 log = logging.getLogger("cloud_gateway.proxy")

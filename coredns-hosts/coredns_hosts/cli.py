@@ -14,8 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from coredns_hosts.check import check_names, parse_server
 from coredns_hosts.metrics import HostsMetrics
 from coredns_hosts.model import (
@@ -37,6 +35,7 @@ from raven.config.defaults import HOSTS_ADMIN_PORT
 from raven.hostport import AddressError
 from raven.telemetry.loop_lag import LoopLagProbe
 from raven.telemetry.process_metrics import process_registry
+from raven.telemetry.promclient import CollectorRegistry
 
 log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from raven.telemetry.promclient import CollectorRegistry, Counter, Gauge
 
 
 class HostsMetrics:

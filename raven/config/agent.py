@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # asyncio is imported only once the agent knows whether it ne
 
 #: ``cipher`` values besides the suite names.
 CIPHER_AUTO = "auto"
-#: ``event_loop`` values (raven.cli.run_async).
+#: ``event_loop`` values (raven_cli.main.run_async).
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
 
@@ -254,7 +254,7 @@ class AgentConfig:
 
     @property
     def loop(self) -> str:
-        """The ``event_loop`` this agent runs on (raven.cli.run_async): ``auto`` resolved."""
+        """The ``event_loop`` this agent runs on (raven_cli.main.run_async): ``auto`` resolved."""
         if self.event_loop == "auto" and not self.tun.enabled:
             return "asyncio"
         return self.event_loop

@@ -95,7 +95,7 @@ def stack(tmp_path: Path):
         check=True, capture_output=True,
     )  # fmt: skip
     ns = Netns(f"rvn-compose-{os.getpid()}")
-    raven = [sys.executable, "-m", "raven.cli"]
+    raven = [sys.executable, "-m", "raven_cli.main"]
     gen = tmp_path / "generated"
     try:
         for node, addr in NODES.items():

@@ -163,9 +163,9 @@ def require(condition: bool, why: str) -> None:
 
 
 def raven_cmd() -> list[str]:
-    """The ``raven`` command of this environment (its script, else ``python -m raven.cli``)."""
+    """The ``raven`` command of this environment (its script, else ``python -m raven_cli.main``)."""
     script = Path(sys.executable).parent / "raven"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "raven.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "raven_cli.main"]
 
 
 def load_script(path: Path) -> ModuleType:

@@ -35,7 +35,7 @@ HEAVY = {
     "hashlib", "_hashlib", "hmac",  # raven.protocol.blake2s: 3.4 MiB (the system's libcrypto)
     # noise_crypto's X25519 from cryptography's Rust functions: 1.2 MiB (its OpenSSL backend)
     "cryptography.hazmat.backends",
-    "shutil", "bz2", "lzma",  # raven.cli.HelpFormatter: 0.4 MiB
+    "shutil", "bz2", "lzma",  # raven_cli.main.HelpFormatter: 0.4 MiB
     "platform", "gzip",  # python_info from sys, gzip from zlib: 0.4 MiB
     "ctypes", "_ctypes",  # raven.runtime.heap: malloc_trim through cffi's backend, 0.3 MiB
 }  # fmt: skip
@@ -50,7 +50,7 @@ def dump():
                    "threads": [t.name for t in threading.enumerate()],
                    "maps": open("/proc/self/maps").read()}, f)
 atexit.register(dump)
-from raven.cli import main
+from raven_cli.main import main
 sys.exit(main(["agent", "-c", sys.argv[2]]))
 """
 

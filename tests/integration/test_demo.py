@@ -13,7 +13,7 @@ import pytest
                     reason="prometheus missing: run scripts/setup as root")  # fmt: skip
 def test_demo_check_passes() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "raven.cli", "demo", "--check", "--sites", "2",
+        [sys.executable, "-m", "raven_cli.main", "demo", "--check", "--sites", "2",
          "--nodes-per-site", "2"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -34,7 +34,7 @@ def test_demo_check_passes() -> None:
 
 def test_demo_runs_and_stops_cleanly() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "raven.cli", "demo", "--duration-s", "4", "--sites", "1",
+        [sys.executable, "-m", "raven_cli.main", "demo", "--duration-s", "4", "--sites", "1",
          "--nodes-per-site", "1"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -49,7 +49,7 @@ def test_demo_stops_cleanly_on_ctrl_c() -> None:
     import time
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raven.cli", "demo", "--base-port", "0", "--sites", "1",
+        [sys.executable, "-m", "raven_cli.main", "demo", "--base-port", "0", "--sites", "1",
          "--nodes-per-site", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -80,7 +80,7 @@ def test_demo_view_refreshes_in_place_on_a_terminal() -> None:
 
     master, slave = os.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raven.cli", "demo", "--base-port", "0", "--sites", "1",
+        [sys.executable, "-m", "raven_cli.main", "demo", "--base-port", "0", "--sites", "1",
          "--nodes-per-site", "1", "--no-prometheus"],
         stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
     )  # fmt: skip

@@ -50,7 +50,7 @@ def test_live_view_fits_80x24_and_keeps_urls_and_try_lines(tmp_path: Path) -> No
     require(shutil.which("tmux") is not None, "tmux missing: run scripts/setup as root")
     require(shutil.which("prometheus") is not None, "prometheus missing: run scripts/setup")
     session = f"raven-demo-{uuid.uuid4().hex[:8]}"
-    cmd = [sys.executable, "-m", "raven.cli", "demo", "--base-port", "0", "--sites", "3",
+    cmd = [sys.executable, "-m", "raven_cli.main", "demo", "--base-port", "0", "--sites", "3",
            "--nodes-per-site", "5", "--workdir", str(tmp_path / "demo")]  # fmt: skip
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(COLUMNS),
                     "-y", str(ROWS), " ".join(cmd) + f" 2>{tmp_path / 'err'}; sleep 60"],

@@ -82,7 +82,7 @@ def test_sighup_reloads_the_running_gateway_process(tmp_path: Path) -> None:
     }  # fmt: skip
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(doc))
-    proc = subprocess.Popen([sys.executable, "-m", "raven.cli", "gateway", "-c", str(path)],
+    proc = subprocess.Popen([sys.executable, "-m", "raven_cli.main", "gateway", "-c", str(path)],
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
     def metric(name: str) -> float | None:

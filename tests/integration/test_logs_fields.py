@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raven.demo.runner import Demo
-from raven.demo.topology import build_topology
 from raven.keys import key_id
+from raven_cli.demo.runner import Demo
+from raven_cli.demo.topology import build_topology
 from tests.helpers import KeyPair
 
 
@@ -60,7 +60,8 @@ def test_log_format_flag_gives_json_lines(tmp_path: Path) -> None:
         "log": {"format": "text"},
     }))  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raven.cli", "gateway", "-c", str(config), "--log-format", "json"],
+        [sys.executable, "-m", "raven_cli.main", "gateway", "-c", str(config),
+         "--log-format", "json"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

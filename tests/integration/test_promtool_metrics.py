@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from raven.demo.runner import Demo
-from raven.demo.topology import build_topology
+from raven_cli.demo.runner import Demo
+from raven_cli.demo.topology import build_topology
 
 PROMTOOL = shutil.which("promtool")
 

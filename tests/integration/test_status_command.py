@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from raven.demo.runner import Demo
-from raven.demo.topology import build_topology
+from raven_cli.demo.runner import Demo
+from raven_cli.demo.topology import build_topology
 from tests.helpers import free_port
 
 
 def raven(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "raven.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "raven_cli.main", *args], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
 
 

@@ -16,9 +16,9 @@ import pytest
 
 from cloud_gateway.app import GatewayApp
 from raven import keys
-from raven.demo.runner import Demo
-from raven.demo.topology import build_topology
 from raven.protocol.limits import Limits
+from raven_cli.demo.runner import Demo
+from raven_cli.demo.topology import build_topology
 from tests.helpers import KeyPair, gateway_config
 from tests.helpers.cdp import Browser, chromium_binary
 from tests.helpers.sansio import initiator
@@ -106,7 +106,7 @@ async def test_status_page_shows_the_demo_and_follows_an_agent_stopping(tmp_path
             assert why.startswith(words) and count == "1", cells[code]
         url = f"http://{demo.topology.host}:{demo.admin_port}"
         shown = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "raven.cli", "status", "-g", url],
+            subprocess.run, [sys.executable, "-m", "raven_cli.main", "status", "-g", url],
             capture_output=True, text=True, timeout=60)  # fmt: skip
         assert shown.returncode == 3  # site-b is down
         assert "refused handshakes" in shown.stdout
@@ -159,13 +159,14 @@ async def test_status_page_asks_for_the_admin_token(tmp_path: Path) -> None:
         # a 401 is a network-level console error in Chromium; anything else is ours
         assert [e for e in browser.errors if "401" not in e] == []
         proc = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "raven.cli", "status", "-g", url, "-o", "json"],
+            subprocess.run,
+            [sys.executable, "-m", "raven_cli.main", "status", "-g", url, "-o", "json"],
             capture_output=True, text=True, env={**os.environ, "RAVEN_ADMIN_TOKEN": token},
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["agents"] == []
         proc = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "raven.cli", "status", "-g", url],
+            subprocess.run, [sys.executable, "-m", "raven_cli.main", "status", "-g", url],
             capture_output=True, text=True, env={k: v for k, v in os.environ.items()
                                                 if k != "RAVEN_ADMIN_TOKEN"},
         )  # fmt: skip

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from raven import keys
-from raven.commands.check_config import check_file, guess_kind
 from raven.config.gateway import load_gateway_config
 from raven.config.loader import ConfigError
 from raven.config.source import parse_document
+from raven_cli.commands.check_config import check_file, guess_kind
 
 PUB = keys.encode_key(keys.public_key(keys.generate_private_key()))
 
@@ -113,7 +113,7 @@ def test_check_file_reads_key_files(tmp_path: Path) -> None:
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "raven.cli", *args], capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-m", "raven_cli.main", *args], capture_output=True, text=True, cwd=cwd,
         timeout=60,
     )  # fmt: skip
 

@@ -32,7 +32,7 @@ def rendered() -> list[dict[str, Any]]:
 def _check(tmp_path: Path, objs: list[dict[str, Any]]) -> tuple[int, list[str], str]:
     path = tmp_path / "rendered.yaml"
     path.write_text("".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objs))
-    proc = subprocess.run([sys.executable, "-m", "raven.cli", "check-config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "raven_cli.main", "check-config", str(path)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     return proc.returncode, proc.stderr.splitlines(), proc.stdout
 

@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from raven.cli import COMMANDS, build_parser, run_async
 from raven.version import version
+from raven_cli.main import COMMANDS, build_parser, run_async
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "raven.cli", *args], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "raven_cli.main", *args], capture_output=True, text=True, timeout=60,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
 
@@ -26,7 +26,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def loaded_modules(argv: list[str]) -> set[str]:
     """Top packages imported by building the parser for ``argv`` in a fresh interpreter."""
     code = (
-        "import sys, json; from raven.cli import build_parser; "
+        "import sys, json; from raven_cli.main import build_parser; "
         f"build_parser({argv!r}); print(json.dumps(sorted(sys.modules)))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -34,12 +34,12 @@ def loaded_modules(argv: list[str]) -> set[str]:
 
 
 def test_applications_are_imported_only_for_their_subcommand() -> None:
-    apps = {"cloud_gateway", "edge_agent", "coredns_hosts", "gpu_exporter", "raven.demo",
+    apps = {"cloud_gateway", "edge_agent", "coredns_hosts", "gpu_exporter", "raven_cli.demo",
             "kubernetes", "aiohttp", "prometheus_client"}  # fmt: skip
     assert not apps & loaded_modules([])
     assert not apps & loaded_modules(["keygen"])
     agent = loaded_modules(["agent"])
-    assert not {"coredns_hosts", "kubernetes", "raven.demo", "cloud_gateway"} & agent
+    assert not {"coredns_hosts", "kubernetes", "raven_cli.demo", "cloud_gateway"} & agent
     assert not any(m.startswith("gpu_exporter") for m in agent)
     assert "coredns_hosts.cli" in loaded_modules(["coredns-hosts"])
 
@@ -124,9 +124,9 @@ def test_run_async_runs_on_the_chosen_event_loop(event_loop: str, module: str) -
 
 
 def test_help_wraps_at_the_terminal_width_without_shutil(monkeypatch: pytest.MonkeyPatch) -> None:
-    """raven.cli's HelpFormatter finds the width as shutil.get_terminal_size does (COLUMNS,
+    """raven_cli.main's HelpFormatter finds the width as shutil.get_terminal_size does (COLUMNS,
     else stdout's terminal, else 80): argparse's own would import shutil (zlib, bz2, lzma)."""
-    from raven.cli import terminal_columns
+    from raven_cli.main import terminal_columns
 
     monkeypatch.setenv("COLUMNS", "60")
     assert terminal_columns() == 60

@@ -25,10 +25,10 @@ import yaml
 from compose_spec import PyCompose
 
 from raven import keys
-from raven.cli import build_parser
 from raven.config.agent import load_agent_config
 from raven.config.common import parse_hostport
 from raven.config.gateway import load_gateway_config
+from raven_cli.main import build_parser
 from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]

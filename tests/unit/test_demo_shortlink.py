@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raven.demo.shortlink import RANGES, ShortLink, range_for
+from raven_cli.demo.shortlink import RANGES, ShortLink, range_for
 
 
 @pytest.mark.parametrize(

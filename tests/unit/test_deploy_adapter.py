@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.cli import build_exporter
 from gpu_exporter.exposition import HOSTNAME_LABELS, LABEL_MODES
-from raven.cli import build_parser
+from raven_cli.main import build_parser
 from tests.helpers import load_script
 from tests.helpers.deploy import ROOT
 

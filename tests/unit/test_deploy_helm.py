@@ -20,10 +20,10 @@ import helm_python as helm
 import pytest
 import yaml
 
-from raven.cli import build_parser
 from raven.config.agent import load_agent_config
 from raven.config.common import parse_hostport
 from raven.config.gateway import load_gateway_config
+from raven_cli.main import build_parser
 from tests.helpers.chart import (
     APP_VERSION,
     CHART,

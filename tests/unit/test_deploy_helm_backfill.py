@@ -14,11 +14,11 @@ import helm_python as helm
 import pytest
 import yaml
 
-from raven.commands.check_config import check_file
 from raven.config.agent import load_agent_config
 from raven.config.backfill import BackfillJob
 from raven.config.gateway import load_gateway_config
 from raven.config.remote_write import RemoteWriteConfig, RemoteWriteTlsConfig
+from raven_cli.commands.check_config import check_file
 from tests.helpers.chart import (
     CHART,
     VARIANTS,

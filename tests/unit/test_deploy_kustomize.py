@@ -217,7 +217,7 @@ def test_hosts_generator_manifests_shipped_with_it_are_valid_and_agree() -> None
 
 def test_gpu_exporter_daemonset_serves_the_node_port_with_the_real_cli() -> None:
     """Scraped as <node>:9400 like dcgm-exporter: host network, port 9400, args the CLI accepts."""
-    from raven.cli import build_parser
+    from raven_cli.main import build_parser
 
     (ds,) = [o for o in build(KUSTOMIZE / "gpu-exporter") if o["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]

@@ -18,11 +18,14 @@ from raven.config.loader import ConfigError
 
 def test_keygen_and_pubkey_commands_round_trip() -> None:
     private = subprocess.run(
-        [sys.executable, "-m", "raven.cli", "keygen"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "raven_cli.main", "keygen"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert len(keys.decode_key(private)) == 32
     public = subprocess.run(
-        [sys.executable, "-m", "raven.cli", "pubkey"],
+        [sys.executable, "-m", "raven_cli.main", "pubkey"],
         input=private + "\n", capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert public == keys.encode_key(keys.public_key(keys.decode_key(private)))
@@ -30,7 +33,7 @@ def test_keygen_and_pubkey_commands_round_trip() -> None:
 
 def test_pubkey_rejects_garbage() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "raven.cli", "pubkey"], input="not a key", capture_output=True,
+        [sys.executable, "-m", "raven_cli.main", "pubkey"], input="not a key", capture_output=True,
         text=True,
     )  # fmt: skip
     assert proc.returncode == 2  # bad input: EXIT_USAGE

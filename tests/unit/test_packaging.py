@@ -38,7 +38,14 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path: Path) -> None:
         metadata = next(wheel.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
         entry_points = next(wheel.read(n).decode() for n in names
                             if n.endswith(".dist-info/entry_points.txt"))  # fmt: skip
-    for package in ("raven", "cloud_gateway", "edge_agent", "gpu_exporter", "coredns_hosts"):
+    for package in (
+        "raven",
+        "raven_cli",
+        "cloud_gateway",
+        "edge_agent",
+        "gpu_exporter",
+        "coredns_hosts",
+    ):
         assert f"{package}/__init__.py" in names, package
     assert "cloud_gateway/web/status.html" in names
     assert "gpu_exporter/default-counters.csv" in names
@@ -46,7 +53,7 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path: Path) -> None:
     assert "Name: raven-edge" in metadata
     assert f"Version: {version()}\n" in metadata  # read from raven/version.py
     assert "License-Expression: Apache-2.0" in metadata
-    assert "raven = raven.cli:main" in entry_points
+    assert "raven = raven_cli.main:main" in entry_points
     with tarfile.open(sdists[0]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {"LICENSE", "README.md", "pyproject.toml"} <= members

@@ -157,3 +157,28 @@ def test_python_info_is_what_prometheus_clients_platform_collector_writes() -> N
     theirs.register(PlatformCollector(registry=None))
     ours.register(PythonInfoCollector())
     assert promclient.generate_text(ours) == generate_latest(theirs)
+
+
+def test_production_code_takes_prometheus_client_names_from_promclient_only() -> None:
+    """One way in: a module asking the package itself for a name (``from prometheus_client
+    import Counter``) runs its deferred __init__, HTTP stack and all; submodules (the
+    parsers) are fine."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    folders = ["raven", "raven_cli", "cloud_gateway", "edge_agent", "gpu_exporter",
+               "coredns-hosts/coredns_hosts"]  # fmt: skip
+    offenders = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                direct = (
+                    isinstance(node, ast.ImportFrom) and node.module == "prometheus_client"
+                ) or (
+                    isinstance(node, ast.Import)
+                    and any(a.name == "prometheus_client" for a in node.names)
+                )
+                if direct:
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert offenders == []

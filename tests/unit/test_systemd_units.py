@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raven.cli import build_parser
+from raven_cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"

@@ -20,18 +20,18 @@ import aiohttp
 from cloud_gateway.app import GatewayApp
 from edge_agent.app import AgentApp
 from gpu_exporter.embed import start_embedded_exporter
-from raven.demo.portmap import PortMap
-from raven.demo.prometheus import (
+from raven_cli.demo.portmap import PortMap
+from raven_cli.demo.prometheus import (
     DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT,
 )
-from raven.demo.prometheus import (
+from raven_cli.demo.prometheus import (
     DemoPrometheus,
     ScrapeSetup,
     namespaces_work,
     prometheus_binary,
 )
-from raven.demo.shortlink import ShortLink
-from raven.demo.topology import DemoNode, Topology, free_port
+from raven_cli.demo.shortlink import ShortLink
+from raven_cli.demo.topology import DemoNode, Topology, free_port
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Demo:
     async def _start_hosts_generator(self) -> None:
         self.hosts_file.parent.mkdir(parents=True, exist_ok=True)
         self.hosts_proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "raven.cli", "coredns-hosts", "run",
+            sys.executable, "-m", "raven_cli.main", "coredns-hosts", "run",
             "--source", "registry",
             "--registry-url", f"http://{self.topology.host}:{self.admin_port}",
             "--gateway-address", self.topology.host,
@@ -272,8 +272,8 @@ async def run_demo(
     prometheus: bool = True,
     prometheus_port: int = DEFAULT_PROMETHEUS_PORT,
 ) -> int:
-    from raven.demo.check import run_check
-    from raven.demo.view import intro, status_loop
+    from raven_cli.demo.check import run_check
+    from raven_cli.demo.view import intro, status_loop
 
     demo = Demo(topology)
     stop = asyncio.Event()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 if TYPE_CHECKING:
-    from raven.demo.runner import Demo
+    from raven_cli.demo.runner import Demo
 
 MODES = ("dns", "proxy", "path", "connect")
 

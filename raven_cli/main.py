@@ -3,7 +3,7 @@ each application, only when that subcommand runs.
 
 `raven agent` therefore loads only what an agent uses, and one subcommand's environment (say
 ``DCGM_EXPORTER_INTERVAL=30s`` for the GPU exporter) cannot break another (`raven keygen`).
-Nothing else in raven/ imports an application; the demo (raven/demo/) is the other
+Nothing else in raven/ imports an application; the demo (raven_cli/demo/) is the other
 composition root.
 """
 
@@ -35,23 +35,23 @@ class Command:
 
 COMMANDS = (
     Command("gateway", "run the cloud gateway (tunnel listener, proxy for Prometheus, admin API)",
-            "raven.commands.services", "register_gateway"),
+            "raven_cli.commands.services", "register_gateway"),
     Command("agent", "run the edge agent (dials out to the gateway, serves its site's nodes)",
-            "raven.commands.services", "register_agent"),
+            "raven_cli.commands.services", "register_agent"),
     Command("check-config", "validate gateway or agent config files, reporting every problem "
-            "at once", "raven.commands.check_config", "register_check_config"),
+            "at once", "raven_cli.commands.check_config", "register_check_config"),
     Command("status", "show a gateway's sites, agents, nodes and errors (table, or JSON)",
-            "raven.commands.status", "register_status"),
+            "raven_cli.commands.status", "register_status"),
     Command("keygen", "print a new private key (base64 X25519, like wg genkey)",
-            "raven.commands.keys", "register_keygen"),
+            "raven_cli.commands.keys", "register_keygen"),
     Command("pubkey", "read a private key on stdin, print its public key",
-            "raven.commands.keys", "register_pubkey"),
+            "raven_cli.commands.keys", "register_pubkey"),
     Command("coredns-hosts", "generate the CoreDNS hosts file of edge node names",
             "coredns_hosts.cli"),
     Command("gpu-exporter", "dcgm-exporter compatible GPU metrics exporter (NVML or simulated)",
             "gpu_exporter.cli"),
     Command("demo", "run gateway + edge agents + simulated GPU nodes on loopback",
-            "raven.demo.cli"),
+            "raven_cli.demo.cli"),
 )  # fmt: skip
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

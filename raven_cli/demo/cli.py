@@ -47,11 +47,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from raven.cli import run_async
     from raven.config.defaults import TUNNEL_PORT
-    from raven.demo.runner import run_demo, workdir_default
-    from raven.demo.topology import build_topology
     from raven.telemetry.logs import setup_logging
+    from raven_cli.demo.runner import run_demo, workdir_default
+    from raven_cli.demo.topology import build_topology
+    from raven_cli.main import run_async
 
     setup_logging(args.log_level or "warning", args.log_format or "auto")
     workdir: Path = args.workdir or workdir_default()

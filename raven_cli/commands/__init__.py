@@ -1,3 +1,3 @@
 """Raven's own subcommands; each module adds one or two with a ``register_*`` function.
 
-The CLI (raven/cli.py) imports a module here only when its subcommand runs."""
+The CLI (raven_cli/main.py) imports a module here only when its subcommand runs."""

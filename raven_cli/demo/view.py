@@ -19,7 +19,7 @@ from raven.telemetry.status_table import fmt_age, fmt_ms, render_status, table
 from raven.version import version
 
 if TYPE_CHECKING:
-    from raven.demo.runner import Demo
+    from raven_cli.demo.runner import Demo
 
 #: Cursor home and clear to the end of the screen: redraw in place.
 REDRAW = "\x1b[H\x1b[J"

@@ -45,7 +45,7 @@ def _agent(args: argparse.Namespace) -> int:
     from raven.runtime.without_ssl import forgo_ssl
 
     def main(config: AgentConfig) -> Coroutine[Any, Any, int]:
-        if not config.needs_ssl:  # before anything imports asyncio (raven.cli.run_async)
+        if not config.needs_ssl:  # before anything imports asyncio (raven_cli.main.run_async)
             forgo_ssl()
         from edge_agent.app import run_agent
 
@@ -72,9 +72,9 @@ def _run_service(
 ) -> int:
     """Load the config (every problem at once, exit 2), set up logging, run until signalled."""
     from raven import keys
-    from raven.cli import run_async
     from raven.config.loader import ConfigError
     from raven.telemetry.logs import setup_logging
+    from raven_cli.main import run_async
 
     try:
         config = load(args.config)
