@@ -42,6 +42,11 @@ def require_raven_apps() -> None:
     require(not missing, f"missing {missing}")
 
 
+#: The ``raven`` command the lab runs (None: this environment's, tests.helpers.raven_cmd); a
+#: benchmark comparing two checkouts sets each one's own.
+COMMAND: list[str] | None = None
+
+
 @dataclass
 class L3Lab:
     """The four namespaces and the two L3 endpoints (``raven`` or ``pipe``)."""
@@ -123,14 +128,15 @@ class L3Lab:
         }
         for name, doc in (("gateway", gateway), ("agent", agent)):
             (w / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+        raven = COMMAND or raven_cmd()
         self.gateway = self.lab.process(
-            self.gw, "gateway", [*raven_cmd(), "gateway", "-c", str(w / "gateway.yaml")], env=ENV
+            self.gw, "gateway", [*raven, "gateway", "-c", str(w / "gateway.yaml")], env=ENV
         )
         # The agent starts once the gateway is ready: an agent registering while the gateway
         # is still bringing L3 up got no routes (see docs/l3.md, "Start-up order").
         self.gw.wait_for_http(*GW_ADMIN, "/readyz", proc=self.gateway, timeout_s=30)
         self.agent_proc = self.lab.process(
-            self.agent, "agent", [*raven_cmd(), "agent", "-c", str(w / "agent.yaml")], env=ENV
+            self.agent, "agent", [*raven, "agent", "-c", str(w / "agent.yaml")], env=ENV
         )
 
     def _start_pipe(self, router_mtu: int) -> None:
