@@ -24,6 +24,7 @@ copy a C compiler (``sudo scripts/setup --bench``)::
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -91,6 +92,9 @@ def main() -> int:
 
 def run(args: argparse.Namespace, workdir: Path) -> int:
     trees = {"A": REPO, "B": args.tree_b.resolve() if args.tree_b else compiled_copy(workdir)}
+    # `python -m` puts the working directory first on sys.path: outside both checkouts, each
+    # process imports the tree its PYTHONPATH names (from this checkout, B imported A's code)
+    os.chdir(workdir)
     labels = {k: f"{tree} (core {core_build(tree)})" for k, tree in trees.items()}
     results = {k: bench_l3.Result(k) for k in trees}
     #: per build: its iperf3 Mbit/s and the ratio to wireguard-go's in the same phase
