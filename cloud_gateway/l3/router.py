@@ -25,11 +25,9 @@ from collections.abc import Callable, Iterable, Sequence
 from raven.l3 import (
     DropReason,
     IPNetwork,
-    MalformedPacket,
     PacketInfo,
     PrefixTable,
     build_unreachable,
-    parse_packet,
 )
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
 from raven.telemetry.promclient import CollectorRegistry
@@ -105,10 +103,8 @@ class AgentPort:
     def packet_from_agent(self, packet: bytes) -> None:
         """A packet the agent sent through the tunnel: check its source, write it to TUN."""
         path = self._router.path
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            path.malformed()
+        info = path.parse(packet)
+        if info is None:
             return
         if self._accepted.lookup(info.version, info.src) is None:
             path.metrics.drop(DropReason.SPOOFED_SOURCE)
@@ -219,10 +215,8 @@ class L3Router:
         return self.path.write_tun(packet, info)
 
     def _from_tun(self, packet: bytes) -> None:
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            self.path.malformed()
+        info = self.path.parse(packet)
+        if info is None:
             return
         ports = self._routes.lookup(info.version, info.dst)
         if not ports:

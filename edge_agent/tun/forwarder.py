@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from raven.l3 import DropReason, IPNetwork, MalformedPacket, PrefixTable, parse_packet
+from raven.l3 import DropReason, IPNetwork, PrefixTable
 from raven.l3.metrics import FROM_AGENT, TO_AGENT, L3Metrics
 from raven.telemetry.promclient import CollectorRegistry
 from raven.transport.tun import TunDevice
@@ -111,10 +111,8 @@ class TunForwarder:
 
     def packet_from_gateway(self, packet: bytes) -> None:
         """A packet from any gateway replica: written to TUN if addressed to this site."""
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            self.path.malformed()
+        info = self.path.parse(packet)
+        if info is None:
             return
         if self._subnets.lookup(info.version, info.dst) is None:
             self.metrics.drop(DropReason.NOT_LOCAL_DESTINATION)
@@ -125,10 +123,8 @@ class TunForwarder:
     # -- TUN -> gateway ------------------------------------------------------------
 
     def _from_tun(self, packet: bytes) -> None:
-        try:
-            info = parse_packet(packet)
-        except MalformedPacket:
-            self.path.malformed()
+        info = self.path.parse(packet)
+        if info is None:
             return
         if self._subnets.lookup(info.version, info.src) is None:
             self.metrics.drop(DropReason.SOURCE_NOT_LOCAL)

@@ -11,8 +11,8 @@ rest is this one path:
 - tunnel -> TUN (`TunPath.write_tun`): SYNs clamped, the packet written (software-segmented
   for a device without offload); a refused write is a counted drop. Nothing here ever blocks.
 
-Both sides parse each packet themselves (``parse_packet``; a ``MalformedPacket`` is the
-``malformed`` drop, :meth:`TunPath.malformed`) and call straight into this path: on a packet's
+Both sides open each packet with :meth:`TunPath.parse` (``parse_packet``; a refused packet is
+the ``malformed`` drop) and call straight into this path: on a packet's
 way every call is paid cold (the process wakes for it), so the path is as flat as it can be.
 """
 
@@ -24,10 +24,12 @@ from collections.abc import Callable
 from raven.l3 import (
     DropReason,
     IcmpRateLimiter,
+    MalformedPacket,
     PacketInfo,
     clamp_mss,
     fit_mtu,
     mss_for_mtu,
+    parse_packet,
 )
 from raven.l3.gso import MAX_SUPER_PACKET_BYTES, is_gso_candidate, split_super_packet
 from raven.l3.metrics import L3Metrics
@@ -61,9 +63,14 @@ class TunPath:
         self._icmp_limit = IcmpRateLimiter(icmp_rate_per_s, icmp_burst)
         self._clock = clock
 
-    def malformed(self) -> None:
-        """Count a packet ``parse_packet`` refused (the ``malformed`` drop)."""
-        self.metrics.drop(DropReason.MALFORMED)
+    def parse(self, packet: bytes) -> PacketInfo | None:
+        """The packet's headers (``parse_packet``); None, counted as the ``malformed`` drop,
+        when it refuses them: the one opening of every packet either side handles."""
+        try:
+            return parse_packet(packet)
+        except MalformedPacket:
+            self.metrics.drop(DropReason.MALFORMED)
+            return None
 
     def to_tunnel(self, packet: bytes, info: PacketInfo, send: SendPacket) -> None:
         """A packet read from the TUN and accepted by the side: fit it and ``send`` it."""
