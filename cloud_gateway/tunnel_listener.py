@@ -31,6 +31,7 @@ from raven.protocol.limits import Limits
 from raven.protocol.noise import public_key
 from raven.protocol.ratelimit import RateLimiter
 from raven.protocol.secure_channel import Role, SecureChannel
+from raven.protocol.selftest import handshake_selftest
 from raven.protocol.suites import DEFAULT_SUITES, Suite
 from raven.telemetry.logs import doc_link, fields
 from raven.telemetry.logthrottle import LogThrottle
@@ -114,6 +115,11 @@ class TunnelListener:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # every accepted suite proven before the port opens (raven.protocol.selftest)
+        handshake_selftest(
+            self.static_private, psk=self.psk, suites=self.suites, limits=self.limits,
+            now=loop.time(), wall_time_ns=time.time_ns(),
+        )  # fmt: skip
         self._deadlines = Deadlines(loop)
         self._server = await loop.create_server(
             self._make_tunnel, self.host, self.port, reuse_address=True, backlog=1024
