@@ -349,8 +349,7 @@ class Tunnel(CopyingReader):
         self._arm_timer()
 
     def _flush_due(self) -> bool:
-        """A flush is scheduled, running or follows the receive or events: sends join it.
-        (send_datagram's lane check reads the same four flags inline: a call less a packet.)"""
+        """A flush is scheduled, running or follows the receive or events: sends join it."""
         return self._flush_scheduled or self._receiving or self._in_flush or self._in_events
 
     def _flush(self) -> None:
