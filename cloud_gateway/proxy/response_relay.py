@@ -4,8 +4,9 @@
 request's stream: no task reads the stream, each chunk goes from the tunnel's callback into the
 client's transport. Interim (1xx) responses are dropped, the body is counted by its framing
 (re-chunked when the target closes to end it and the client speaks HTTP/1.1), and flow control
-holds: while the client's transport is over its mark the stream's credit is kept back (at most
-one window more arrives), and given back at ``client_writable``. :attr:`done` resolves with the
+holds by the splice's rule (``raven.transport.splice.HeldCredit``): while the client's
+transport is over its mark the stream's credit is kept back (at most one window more arrives),
+and given back at ``client_writable``. :attr:`done` resolves with the
 :class:`Outcome`, or fails with ``HttpParseError`` (a bad or cut response),
 ``StreamResetError`` (the stream was reset) or ``OSError`` (the client went away).
 """
@@ -27,6 +28,7 @@ from cloud_gateway.proxy.heads import (
     parse_response_head,
 )
 from cloud_gateway.proxy.rewrite import response_head_for_client
+from raven.transport.splice import Consumer, HeldCredit
 from raven.transport.stream import StreamResetError
 
 
@@ -51,19 +53,13 @@ class ClientSink(typing.Protocol):
     def writelines(self, data: list[bytes]) -> None: ...
 
 
-class Credit(typing.Protocol):
-    """The stream's receive side as the relay sees it: credit given back per byte taken."""
-
-    def consumed(self, size: int) -> None: ...
-
-
 class ResponseRelay:
     """Relays one response (see the module docstring)."""
 
     def __init__(
         self,
         client: ClientSink,
-        stream: Credit,
+        stream: Consumer,
         req: RequestHead,
         *,
         keep_stream: bool,
@@ -88,7 +84,7 @@ class ResponseRelay:
         self._interim = False
         self._rechunk = False
         self._keep_alive = False
-        self._owed = 0
+        self._held = HeldCredit(stream)
         self._complete_when_writable = False
 
     # ------------------------------------------------------------ StreamReceiver
@@ -122,9 +118,7 @@ class ResponseRelay:
     # ------------------------------------------------------------ from the client connection
     def client_writable(self) -> None:
         """The client's transport drained below its mark: credit flows again."""
-        owed, self._owed = self._owed, 0
-        if owed:
-            self.stream.consumed(owed)
+        self._held.drained()
         if self._complete_when_writable:
             self._complete_when_writable = False
             self._complete()
@@ -155,7 +149,7 @@ class ResponseRelay:
             self._body_complete(out)
         elif out:
             self.client.writelines(out)
-        self._credit(size)
+        self._held.written(size, self.client.writing_paused)
 
     def _head(self, data: bytes, out: list[bytes]) -> bytes:
         """Parse the response head from ``data`` (and what came before); returns the body
@@ -218,9 +212,3 @@ class ResponseRelay:
     def _complete(self) -> None:
         if not self.done.done():
             self.done.set_result(Outcome(self._keep_alive, self.status, self.sent))
-
-    def _credit(self, size: int) -> None:
-        if self.client.writing_paused:
-            self._owed += size
-        else:
-            self.stream.consumed(size)

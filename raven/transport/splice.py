@@ -34,7 +34,14 @@ from raven.transport.read_buffer import CopyingReader
 from raven.transport.reset import abort_with_rst
 from raven.transport.stream import ByteStream, StreamResetError
 
-__all__ = ["SOCKET_WRITE_HIGH_WATER_BYTES", "Splice", "SpliceEnd", "SpliceResult"]
+__all__ = [
+    "SOCKET_WRITE_HIGH_WATER_BYTES",
+    "Consumer",
+    "HeldCredit",
+    "Splice",
+    "SpliceEnd",
+    "SpliceResult",
+]
 
 #: The socket transport's write buffer above which credit stops flowing back to the peer.
 SOCKET_WRITE_HIGH_WATER_BYTES = 256 * 1024
@@ -44,6 +51,38 @@ SOCKET_WRITE_HIGH_WATER_BYTES = 256 * 1024
 ToSocketHook = Callable[[bytes], None]
 #: Counts each chunk read from the socket.
 FromSocketHook = Callable[[int], None]
+
+
+class Consumer(typing.Protocol):
+    """A stream's receive side: credit given back per byte taken."""
+
+    def consumed(self, size: int) -> None: ...
+
+
+class HeldCredit:
+    """The stream -> socket credit rule, shared by the splice and the gateway's HTTP-aware
+    response relay: bytes written to a socket whose transport is over its mark are owed, and
+    their credit goes back to the stream only once the socket drains (a slow reader holds at
+    most its buffer and the stream's window)."""
+
+    __slots__ = ("owed", "stream")
+
+    def __init__(self, stream: Consumer) -> None:
+        self.stream = stream
+        self.owed = 0
+
+    def written(self, size: int, socket_full: bool) -> None:
+        """``size`` stream bytes went to the socket."""
+        if socket_full:
+            self.owed += size
+        else:
+            self.stream.consumed(size)
+
+    def drained(self) -> None:
+        """The socket took its buffer: what was owed flows back."""
+        owed, self.owed = self.owed, 0
+        if owed:
+            self.stream.consumed(owed)
 
 
 class SpliceEnd(enum.Enum):
@@ -79,7 +118,7 @@ class Splice(CopyingReader):
         #: socket bytes the stream's credit did not cover yet
         self._pending: bytes | memoryview = b""
         #: stream bytes written to the socket whose credit is held back (its buffer is full)
-        self._owed = 0
+        self._credit: HeldCredit | None = None
         self._reading_paused = self._socket_full = False
         self._socket_eof = self._stream_eof = False
         self._idle_s: float | None = None
@@ -100,6 +139,7 @@ class Splice(CopyingReader):
         then what either side sent meanwhile."""
         self.on_to_socket, self.on_from_socket = on_to_socket, on_from_socket
         self.stream = stream
+        self._credit = HeldCredit(stream)
         if self.done.done():  # the socket went away between the connect and now
             stream.reset(self.broken_code, f"{self.what} connection broke before relaying")
             return
@@ -159,14 +199,13 @@ class Splice(CopyingReader):
 
     def resume_writing(self) -> None:
         self._socket_full = False
-        owed, self._owed = self._owed, 0
-        if self.stream is not None and not self.done.done():
-            self.stream.consumed(owed)
+        if self._credit is not None and not self.done.done():
+            self._credit.drained()
 
     # ------------------------------------------------------------ StreamReceiver
     def stream_data(self, data: bytes) -> None:
-        stream, transport = self.stream, self.transport
-        if stream is None or transport is None or self.done.done():
+        credit, transport = self._credit, self.transport
+        if credit is None or transport is None or self.done.done():
             return
         self.to_socket_bytes += len(data)
         if self._idle_s is not None:
@@ -178,10 +217,7 @@ class Splice(CopyingReader):
                 self._fail(exc, self.broken_code)
                 return
         transport.write(data)
-        if self._socket_full:  # credit back once the socket takes it (resume_writing)
-            self._owed += len(data)
-        else:
-            stream.consumed(len(data))
+        credit.written(len(data), self._socket_full)  # back once the socket takes it
 
     def stream_eof(self) -> None:
         self._stream_eof = True

@@ -29,6 +29,11 @@ def agent_leg(site: Site) -> Splice:
     return leg
 
 
+def owed(leg: Splice) -> int:
+    """Bytes the target's transport holds whose credit the agent keeps back."""
+    return 0 if leg._credit is None else leg._credit.owed
+
+
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
@@ -63,7 +68,7 @@ async def test_slow_target_reader_holds_the_gateway_back(site: Site) -> None:
         window = LIMITS.stream_window_bytes
         total = 64 * 1024 * 1024  # far beyond the kernel's socket buffers and the window
         writer = asyncio.create_task(stream.write(b"x" * total))
-        await wait_for(lambda: agent_leg(site)._owed > 0, "the target's buffer to fill")
+        await wait_for(lambda: owed(agent_leg(site)) > 0, "the target's buffer to fill")
         await wait_for(lambda: stream._tunnel.send_capacity(stream.stream_id) == 0, "no credit")
         leg = agent_leg(site)
         assert leg.transport is not None
