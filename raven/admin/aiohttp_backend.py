@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from raven.admin.routes import AdminRequest
-from raven.admin.server import Dispatch
+from raven.admin.routes import AdminRequest, Dispatch
 
 
 def _request(request: web.Request) -> AdminRequest:

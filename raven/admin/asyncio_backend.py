@@ -16,8 +16,7 @@ import http
 import zlib
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from raven.admin.routes import AdminRequest, AdminResponse
-from raven.admin.server import Dispatch
+from raven.admin.routes import AdminRequest, AdminResponse, Dispatch
 
 MAX_HEAD_BYTES = 16 * 1024
 HEAD_TIMEOUT_S = 10.0

@@ -81,6 +81,8 @@ class AdminResponse:
 
 #: A route's handler; it may be a plain function or a coroutine function.
 Handler = Callable[[AdminRequest], AdminResponse | Awaitable[AdminResponse]]
+#: What an HTTP backend calls for each request (AdminRoutes.dispatch).
+Dispatch = Callable[[AdminRequest], Awaitable[AdminResponse]]
 
 
 @dataclass(frozen=True, slots=True)

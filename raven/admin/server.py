@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from raven.admin.auth import read_token_file
 from raven.admin.routes import (
-    AdminRequest,
-    AdminResponse,
     AdminRoutes,
+    Dispatch,
     Exposition,
     Handler,
     ReadyCheck,
@@ -26,8 +24,6 @@ from raven.hostport import parse_hostport
 from raven.telemetry.promclient import CONTENT_TYPE_LATEST, CollectorRegistry
 
 log = logging.getLogger(__name__)
-
-Dispatch = Callable[[AdminRequest], Awaitable[AdminResponse]]
 
 
 def _is_loopback(host: str) -> bool:

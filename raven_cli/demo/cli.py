@@ -1,11 +1,18 @@
-"""`raven demo` subcommand."""
+"""`raven demo` subcommand: the demo's composition root (the runner starts every part; then
+its check, or its live view until stopped)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
+
+from raven_cli.demo.prometheus import DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT
+from raven_cli.demo.topology import Topology
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -49,7 +56,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from raven.config.defaults import TUNNEL_PORT
     from raven.telemetry.logs import setup_logging
-    from raven_cli.demo.runner import run_demo, workdir_default
+    from raven_cli.demo.runner import workdir_default
     from raven_cli.demo.topology import build_topology
     from raven_cli.main import run_async
 
@@ -80,3 +87,52 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def run_demo(
+    topology: Topology,
+    *,
+    check: bool,
+    duration_s: float | None,
+    prometheus: bool = True,
+    prometheus_port: int = DEFAULT_PROMETHEUS_PORT,
+) -> int:
+    """Start the demo, then its check (``check``) or its live view until stopped."""
+    from raven_cli.demo.check import run_check
+    from raven_cli.demo.runner import Demo
+    from raven_cli.demo.view import intro, status_loop
+
+    demo = Demo(topology)
+    stop = asyncio.Event()
+    if not check:
+        loop = asyncio.get_running_loop()
+        # Ctrl-C, kill and a closed terminal (SIGHUP) all stop cleanly, Prometheus included,
+        # from the first moment (a signal during start-up stops the demo once it is up)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await demo.start()
+        if check:
+            return await run_check(demo, prometheus=prometheus)
+        await demo.wait_registered()
+        if prometheus and not stop.is_set():
+            await demo.start_prometheus(prometheus_port)
+        _say(intro(demo))
+        status = asyncio.create_task(status_loop(demo))
+        try:
+            async with asyncio.timeout(duration_s):
+                await stop.wait()
+        except TimeoutError:
+            pass
+        status.cancel()
+        await asyncio.gather(status, return_exceptions=True)
+        _say("\nstopping: Prometheus, agents, gateway, exporters, hosts generator")
+        return 0
+    finally:
+        await demo.stop()
+
+
+def _say(text: str) -> None:
+    """Print, unless the terminal is gone (SIGHUP: the demo still stops cleanly)."""
+    with contextlib.suppress(OSError):
+        print(text, flush=True)

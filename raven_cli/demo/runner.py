@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -21,9 +20,6 @@ from cloud_gateway.app import GatewayApp
 from edge_agent.app import AgentApp
 from gpu_exporter.embed import start_embedded_exporter
 from raven_cli.demo.portmap import PortMap
-from raven_cli.demo.prometheus import (
-    DEFAULT_PORT as DEFAULT_PROMETHEUS_PORT,
-)
 from raven_cli.demo.prometheus import (
     DemoPrometheus,
     ScrapeSetup,
@@ -262,53 +258,6 @@ class Demo:
                 for name in parts[1:]:
                     out[name] = parts[0]
         return out
-
-
-async def run_demo(
-    topology: Topology,
-    *,
-    check: bool,
-    duration_s: float | None,
-    prometheus: bool = True,
-    prometheus_port: int = DEFAULT_PROMETHEUS_PORT,
-) -> int:
-    from raven_cli.demo.check import run_check
-    from raven_cli.demo.view import intro, status_loop
-
-    demo = Demo(topology)
-    stop = asyncio.Event()
-    if not check:
-        loop = asyncio.get_running_loop()
-        # Ctrl-C, kill and a closed terminal (SIGHUP) all stop cleanly, Prometheus included,
-        # from the first moment (a signal during start-up stops the demo once it is up)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await demo.start()
-        if check:
-            return await run_check(demo, prometheus=prometheus)
-        await demo.wait_registered()
-        if prometheus and not stop.is_set():
-            await demo.start_prometheus(prometheus_port)
-        _say(intro(demo))
-        status = asyncio.create_task(status_loop(demo))
-        try:
-            async with asyncio.timeout(duration_s):
-                await stop.wait()
-        except TimeoutError:
-            pass
-        status.cancel()
-        await asyncio.gather(status, return_exceptions=True)
-        _say("\nstopping: Prometheus, agents, gateway, exporters, hosts generator")
-        return 0
-    finally:
-        await demo.stop()
-
-
-def _say(text: str) -> None:
-    """Print, unless the terminal is gone (SIGHUP: the demo still stops cleanly)."""
-    with contextlib.suppress(OSError):
-        print(text, flush=True)
 
 
 def workdir_default() -> Path:
