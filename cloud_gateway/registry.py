@@ -40,7 +40,7 @@ CHECK_ENTRIES_PER_TURN = 256
 _TRY_NEXT = {OpenFailure.BUSY, OpenFailure.DRAINING, OpenFailure.TUNNEL_CLOSED}
 
 
-@dataclass(eq=False)  # compared by identity: the node index holds sessions
+@dataclass(eq=False, slots=True)  # compared by identity: the node index holds sessions
 class AgentSession:
     """One live tunnel from an authorised agent."""
 

@@ -40,9 +40,7 @@ UNCONFIRMED_REASON = "unconfirmed"
 class TunnelConnection:
     """One tunnel, either end. See docs/architecture.md for the contract."""
 
-    #: the next event, or None when there is none (the multiplexer's, bound in __init__;
-    #: so are send_capacity, send_stream_data and consume_stream_data)
-    next_event: Callable[[], Event | None]
+    __slots__ = ("_channel", "_mux", "_now", "_role", "limits")
 
     def __init__(self, channel: SecureChannel) -> None:
         """The connection over ``channel`` (a fresh one: its handshake not started), which
@@ -53,13 +51,24 @@ class TunnelConnection:
         self.limits = limits
         self._now = now
         self._channel = channel
-        mux = self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
-        # The calls made several times a request are the multiplexer's own bound methods, not
-        # forwarders (a Python call less each; ~70 bytes a tunnel each, so only these four).
-        self.next_event = mux.events.popleft
-        self.send_capacity = mux.send_capacity
-        self.send_stream_data = mux.send_stream_data
-        self.consume_stream_data = mux.consume_stream_data
+        self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
+
+    def next_event(self) -> Event | None:
+        """The oldest event not yet taken, None when there is none."""
+        return self._mux.events.popleft()
+
+    def send_capacity(self, stream_id: int) -> int:
+        """Bytes ``stream_id`` may send now (its credit, bounded by the tunnel's)."""
+        return self._mux.send_capacity(stream_id)
+
+    def send_stream_data(self, stream_id: int, data: bytes | bytearray | memoryview) -> None:
+        """Queue stream data (at most :meth:`send_capacity`; LocalProtocolError on a stream
+        that cannot send)."""
+        self._mux.send_stream_data(stream_id, data)
+
+    def consume_stream_data(self, stream_id: int, n: int) -> None:
+        """The application took ``n`` bytes of the stream: credit flows back when due."""
+        self._mux.consume_stream_data(stream_id, n)
 
     # ------------------------------------------------------------------ properties
 

@@ -211,6 +211,8 @@ class CookieJar:
     """The initiator's side: the last cookie a gateway sent, kept 120 s. Share one jar
     across the reconnects to one gateway address (the cookie is bound to our address)."""
 
+    __slots__ = ("_cookie", "_received_at", "received")
+
     def __init__(self) -> None:
         self._cookie: bytes | None = None
         self._received_at = 0.0

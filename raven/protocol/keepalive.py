@@ -18,6 +18,16 @@ class Keepalive:
     """PING every ``keepalive_interval_s``; the peer is dead after ``dead_peer_timeout_s``
     of silence."""
 
+    __slots__ = (
+        "_counter",
+        "_interval_s",
+        "_next_ping",
+        "_pings",
+        "dead_after_s",
+        "last_received",
+        "rtt_s",
+    )
+
     def __init__(self, limits: Limits, now: float) -> None:
         self._interval_s = limits.keepalive_interval_s
         self.dead_after_s = limits.dead_peer_timeout_s

@@ -89,6 +89,14 @@ class Multiplexer:
     and who may register (the initiator registers, the responder answers).
     """
 
+    # fmt: off
+    __slots__ = (
+        "_budget", "_drain_deadline", "_initiator", "_keepalive", "_limits", "_max_datagram",
+        "_registration", "_state", "_table", "backlog", "chunk_bytes", "closed", "datagrams",
+        "draining", "events", "replica", "scheduler", "stats",
+    )
+    # fmt: on
+
     def __init__(self, *, initiator: bool, limits: Limits, now: float) -> None:
         self._limits = limits
         self._initiator = initiator

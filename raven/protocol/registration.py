@@ -36,6 +36,8 @@ __all__ = ["RegistrationAssembler", "encode_register", "encode_register_result"]
 class RegistrationAssembler:
     """The chunks received so far of one registration (initiator: its answer)."""
 
+    __slots__ = ("_initiator", "_max_entries", "_parts")
+
     def __init__(self, *, initiator: bool, max_entries: int) -> None:
         self._initiator = initiator
         self._max_entries = max_entries

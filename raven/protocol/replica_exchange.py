@@ -17,6 +17,8 @@ class ReplicaExchange:
     """``send`` queues a control frame; ``send_reply`` a peer-induced one (bounded like a
     PONG: an agent that keeps asking without reading gets its tunnel closed)."""
 
+    __slots__ = ("_initiator", "_send", "_send_reply", "asked")
+
     def __init__(
         self,
         initiator: bool,

@@ -24,6 +24,16 @@ class StreamTable:
     """The live streams of one tunnel. ``initiator`` decides the id parity (initiator
     odd, responder even)."""
 
+    __slots__ = (
+        "_initiator",
+        "_last_peer_id",
+        "_limits",
+        "_next_local_id",
+        "buffered",
+        "reserved",
+        "streams",
+    )
+
     def __init__(self, *, initiator: bool, limits: Limits) -> None:
         self._limits = limits
         self._initiator = initiator

@@ -68,6 +68,15 @@ IMMEDIATE_WRITE_BYTES = 16 * 1024
 class Tunnel(CopyingReader):
     """One tunnel connection; works for both the agent (initiator) and the gateway."""
 
+    # fmt: off
+    __slots__ = (
+        "_budget", "_deadlines", "_flush_scheduled", "_in_events", "_in_flush",
+        "_moved_at_pong", "_on_datagram", "_receiving", "_resume_due", "_write_paused",
+        "_write_resumed", "admit", "closed", "conn", "deadline_at", "handshake", "loop",
+        "name", "on_event", "peer", "rtt_s", "streams", "transport",
+    )
+    # fmt: on
+
     def __init__(
         self,
         conn: TunnelConnection,

@@ -41,6 +41,8 @@ class TunnelSide(StreamCarrier, Protocol):
 class TunnelStreams:
     """The open streams of one tunnel (see the module docstring)."""
 
+    __slots__ = ("_by_id", "_none_left", "_tasks", "max_streams", "on_stream", "tunnel")
+
     def __init__(
         self, tunnel: TunnelSide, on_stream: StreamHandler | None, *, max_streams: int
     ) -> None:
