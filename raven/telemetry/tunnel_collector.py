@@ -71,14 +71,15 @@ class TunnelCollector(Collector):
 
     def __init__(self, peer_label: str) -> None:
         self.peer_label = peer_label
+        #: every peer seen (its list empty while none of its tunnels is up)
         self._live: dict[str, list[LiveTunnel]] = {}
+        #: the final counts of a peer's closed tunnels (made when its first tunnel closes)
         self._closed: dict[str, Counter[str]] = {}
         self._closed_drops: Counter[str] = Counter()
         self._last_rtt: dict[str, float] = {}
 
     def tunnel_up(self, peer: str, tunnel: LiveTunnel) -> None:
         """``tunnel`` to ``peer`` finished its handshake."""
-        self._closed.setdefault(peer, Counter())
         live = self._live.setdefault(peer, [])
         if tunnel not in live:
             live.append(tunnel)
@@ -90,7 +91,7 @@ class TunnelCollector(Collector):
             return
         live.remove(tunnel)
         stats = tunnel.conn.stats
-        self._closed[peer].update(_wire_counts(stats))
+        self._closed.setdefault(peer, Counter()).update(_wire_counts(stats))
         self._closed_drops.update(stats.datagrams_dropped)
         if tunnel.rtt_s is not None:
             self._last_rtt[peer] = tunnel.rtt_s
@@ -126,9 +127,8 @@ class TunnelCollector(Collector):
         connected, *wire, streams_open, rtt, suites, drops = self._families()
         wire_by_name = {family.name: family for family in wire}
         all_drops = Counter(self._closed_drops)
-        for peer in sorted(self._closed):
-            live = self._live.get(peer, [])
-            counts = Counter(self._closed[peer])
+        for peer, live in sorted(self._live.items()):
+            counts = Counter(self._closed.get(peer, ()))
             for tunnel in live:
                 counts.update(_wire_counts(tunnel.conn.stats))
                 all_drops.update(tunnel.conn.stats.datagrams_dropped)
