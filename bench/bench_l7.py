@@ -7,6 +7,9 @@ Paths compared (each middle box its own process, so CPU is measured per box from
               request) -> target
     nginx-ka: the same with upstream keep-alive, as Raven's agent keeps its target
               connections: the like-for-like hop, the reference of every L7 ratio
+    floor:    wrk -> relay -> relay -> target: two Python byte relays on uvloop that do
+              nothing else (bench/l7_floor_relay.py), the gateway -> agent process topology
+              before any of Raven's work: what two Python hops cost on this machine
     gateway:  wrk -> raven ProxyServer over DirectOpener (DNS mode) -> target
     tunnel:   wrk -> `raven gateway` proxy ==tunnel==> `raven agent` -> target  (full path)
     tunnel-uvloop: the same with the agent on uvloop (``event_loop: uvloop``) instead of
@@ -52,7 +55,7 @@ from tests.helpers import free_port  # noqa: E402
 NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
 ALL_PATHS = (
-    "direct", "nginx", "nginx-ka", "gateway", "tunnel", "tunnel-uvloop", "tunnel-ws", "tunnel-wss",
+    "direct", "nginx", "nginx-ka", "floor", "gateway", "tunnel", "tunnel-uvloop", "tunnel-ws", "tunnel-wss",
     "tunnel-wss-uvloop",
 )  # fmt: skip
 
@@ -454,6 +457,16 @@ def main() -> int:
                                     NGINX_UPSTREAM_KA.format(port=target_port))  # fmt: skip
                 procs.append(proxy)
                 setups["nginx-ka"] = (f"http://127.0.0.1:{port}/metrics", None, [proxy.pid])
+            if "floor" in paths:
+                relay = [sys.executable, str(ROOT / "bench" / "l7_floor_relay.py")]
+                near, far = free_port(), free_port()
+                relays = [subprocess.Popen([*relay, str(far), str(target_port)]),
+                          subprocess.Popen([*relay, str(near), str(far)])]  # fmt: skip
+                procs.extend(relays)
+                wait_port(far)
+                wait_port(near)
+                setups["floor"] = (f"http://127.0.0.1:{near}/metrics", None,
+                                   [r.pid for r in relays])  # fmt: skip
             if "gateway" in paths:
                 port = free_port()
                 gw = subprocess.Popen(

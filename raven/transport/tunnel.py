@@ -70,10 +70,10 @@ class Tunnel(CopyingReader):
 
     # fmt: off
     __slots__ = (
-        "_budget", "_deadlines", "_flush_scheduled", "_in_events", "_in_flush",
+        "_budget", "_deadlines", "_flush_scheduled", "_handshake", "_in_events", "_in_flush",
         "_moved_at_pong", "_on_datagram", "_receiving", "_resume_due", "_write_paused",
-        "_write_resumed", "admit", "closed", "conn", "deadline_at", "handshake", "loop",
-        "name", "on_event", "peer", "rtt_s", "streams", "transport",
+        "_write_resumed", "admit", "closed", "conn", "deadline_at", "loop", "name", "on_event",
+        "peer", "rtt_s", "streams", "transport",
     )
     # fmt: on
 
@@ -97,7 +97,8 @@ class Tunnel(CopyingReader):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer: str = "?"
-        self.handshake: asyncio.Future[bytes] = self.loop.create_future()
+        #: made when first asked for (an agent waits on it; a gateway's tunnels never do)
+        self._handshake: asyncio.Future[bytes] | None = None
         self.closed: asyncio.Future[ev.ConnectionTerminated] = self.loop.create_future()
         self.streams = TunnelStreams(self, on_stream, max_streams=conn.limits.max_streams)
         self.rtt_s: float | None = None
@@ -196,6 +197,18 @@ class Tunnel(CopyingReader):
             resumed.set()
 
     # ------------------------------------------------------------ public API
+    @property
+    def handshake(self) -> asyncio.Future[bytes]:
+        """Resolves with the peer's static key once the handshake completed; fails with
+        ConnectionError when the tunnel closes first."""
+        if self._handshake is None:
+            done = self._handshake = self.loop.create_future()
+            if self.conn.handshake_complete and (key := self.conn.remote_static) is not None:
+                done.set_result(key)
+            elif self.closed.done():
+                done.set_exception(ConnectionError(f"tunnel closed: {self.closed.result().reason}"))
+        return self._handshake
+
     @property
     def write_paused(self) -> bool:
         """The transport is over its high-water mark (stream writers wait)."""
@@ -436,8 +449,8 @@ class Tunnel(CopyingReader):
             if self.on_datagram is not None:
                 self.on_datagram(event.data)
         elif isinstance(event, ev.HandshakeCompleted):
-            if not self.handshake.done():
-                self.handshake.set_result(event.remote_static)
+            if self._handshake is not None and not self._handshake.done():
+                self._handshake.set_result(event.remote_static)
         elif isinstance(event, ev.PongReceived):
             self.rtt_s = event.rtt_s
             self._trim_if_quiet()
@@ -459,9 +472,9 @@ class Tunnel(CopyingReader):
             return
         self._deadlines.set(self, None)
         self.streams.abort_all(reason)
-        if not self.handshake.done():
-            self.handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
-            self.handshake.exception()  # retrieved: nobody may be waiting
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
+            self._handshake.exception()  # retrieved: its waiter may be gone
         final = event or ev.ConnectionTerminated(code=code, reason=reason, by_peer=by_peer)
         self.closed.set_result(final)
         self._wake_writers()
