@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from raven.protocol.codes import CloseCode, StreamCode
+from raven.protocol.constants import LENGTH_PREFIX_BYTES
 from raven.protocol.datagram_path import DatagramSink
 from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from raven.protocol.events import CookieReplied, Event, HandshakeCompleted
-from raven.protocol.lifecycle import TunnelState
+from raven.protocol.lifecycle import ChannelState, TunnelState
+from raven.protocol.message_lengths import message_end, missing_bytes
 from raven.protocol.mux import Multiplexer, TunnelStats
 from raven.protocol.registration import encode_register_result
 from raven.protocol.secure_channel import Role, SecureChannel
@@ -35,6 +37,10 @@ HANDSHAKE_TIMEOUT_REASON = "handshake_timeout"
 #: ... and when message 1 was answered but no authenticated record followed (a replayed
 #: message 1 ends this way: it never replaces a live session).
 UNCONFIRMED_REASON = "unconfirmed"
+
+
+#: Channel states whose input is not u16-length-prefixed messages (the magic comes first).
+_NO_WALK = frozenset({ChannelState.AWAIT_MAGIC, ChannelState.FAILED})
 
 
 class TunnelConnection:
@@ -142,6 +148,17 @@ class TunnelConnection:
         self._channel.trim()
 
     # ------------------------------------------------------------------ I/O
+
+    def input_end(self, view: bytes | memoryview, at_least: int) -> int:
+        """Where the next piece of input (``view``: what :meth:`receive_data` gets next, in
+        order) may end at or past ``at_least`` without cutting a record in two, so that the
+        channel holds no partial record a later piece of the same read completes: a reader
+        that feeds a large read in pieces (raven.transport.turn_budget) cuts it there."""
+        channel = self._channel
+        held = channel.held
+        if channel.state in _NO_WALK or 0 < len(held) < LENGTH_PREFIX_BYTES:
+            return at_least  # no u16-framed messages yet, or a held length not known yet
+        return message_end(view, at_least, missing_bytes(channel.state, held) if held else 0)
 
     def receive_data(self, data: bytes | memoryview, now: float) -> bool:
         """Feed wire bytes from the peer. Never raises for anything the peer sent.

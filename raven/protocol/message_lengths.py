@@ -1,6 +1,7 @@
 """The length each message of the secure channel may have, by channel state: checked from its
 u16 length prefix, before the body is read or buffered (docs/protocol-handshake.md); and how
-many bytes a held partial message still lacks."""
+many bytes a held partial message still lacks; where a piece of input may end without cutting
+a message in two."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from raven.protocol.lifecycle import ESTABLISHED_STATES, ChannelState
 from raven.protocol.records import MIN_RECORD_BYTES
 from raven.protocol.suites import PREAMBLE_BYTES
 
-__all__ = ["check_length", "missing_bytes"]
+__all__ = ["MAX_WALK_MESSAGES", "check_length", "message_end", "missing_bytes"]
+
+#: Messages `message_end` reads the length of before it settles for ``at_least``: beyond it the
+#: messages are small, and so is the copy of the one a cut there leaves partial.
+MAX_WALK_MESSAGES = 64
 
 
 def check_length(state: ChannelState, length: int) -> None:
@@ -42,3 +47,20 @@ def missing_bytes(state: ChannelState, held: bytearray) -> int:
     if len(held) < LENGTH_PREFIX_BYTES:
         return LENGTH_PREFIX_BYTES - len(held)
     return LENGTH_PREFIX_BYTES + ((held[0] << 8) | held[1]) - len(held)
+
+
+def message_end(view: bytes | memoryview, at_least: int, first: int = 0) -> int:
+    """The end of the first u16-length-prefixed message in ``view`` that ends at or past
+    ``at_least``, ``view`` starting ``first`` bytes before a message boundary (what a held
+    partial message lacks); ``len(view)`` when none ends in it; ``at_least`` itself when over
+    MAX_WALK_MESSAGES messages come before it. A piece of input cut there leaves no message
+    in two pieces, which the channel would copy together (``SecureChannel.held``)."""
+    end = len(view)
+    pos = first
+    for _ in range(MAX_WALK_MESSAGES):
+        if pos >= at_least:
+            return min(pos, end)
+        if pos + LENGTH_PREFIX_BYTES > end:
+            return end
+        pos += LENGTH_PREFIX_BYTES + ((view[pos] << 8) | view[pos + 1])
+    return at_least

@@ -130,7 +130,7 @@ class SecureChannel:
         self._sender: RecordSender | None = None
         self._receiver: RecordReceiver | None = None
         self._handshake_hash: bytes | None = None
-        self._inbuf = bytearray()
+        self.held = bytearray()  # the partial message (or magic) waiting for its rest
         self.output = OutputBuffer()
         self._received: list[bytes] = []
         self.now = now
@@ -279,7 +279,7 @@ class SecureChannel:
         self._received = received
         try:
             receiver = self._receiver
-            if self.state is _ESTABLISHED and receiver is not None and not self._inbuf:
+            if self.state is _ESTABLISHED and receiver is not None and not self.held:
                 size = len(data) - LENGTH_PREFIX_BYTES  # exactly one whole record (most reads):
                 if size >= MIN_RECORD_BYTES and size == (data[0] << 8) | data[1]:  # no splitting
                     payload = receiver.open(data[LENGTH_PREFIX_BYTES:])
@@ -291,15 +291,15 @@ class SecureChannel:
             with memoryview(data) as view:
                 # First complete the one partial message held from earlier calls,
                 # copying only the bytes it lacks; then parse straight from `data`.
-                pos = self._complete_partial(view) if self._inbuf else 0
+                pos = self._complete_partial(view) if self.held else 0
                 if pos < len(view):
                     with view[pos:] as rest:
                         consumed = self._consume(rest)
                         if consumed < len(rest):
-                            self._inbuf += rest[consumed:]
+                            self.held += rest[consumed:]
         except ProtocolError:
             self._move(ChannelInput.RECV_INVALID)
-            self._inbuf = bytearray()
+            self.held = bytearray()  # the partial message (or magic) waiting for its rest
             self.stats.bytes_sent -= self.output.discard()  # a final CLOSE may follow, no more
             raise
         finally:
@@ -310,15 +310,15 @@ class SecureChannel:
         """Feed ``view`` into the held partial message until it is handled or
         ``view`` runs out; return how many bytes of ``view`` were used."""
         pos = 0
-        while self._inbuf and pos < len(view):
-            missing = missing_bytes(self.state, self._inbuf)
+        while self.held and pos < len(view):
+            missing = missing_bytes(self.state, self.held)
             take = min(missing, len(view) - pos)
-            self._inbuf += view[pos : pos + take]
+            self.held += view[pos : pos + take]
             pos += take
             if take == missing:
-                with memoryview(self._inbuf) as held:
+                with memoryview(self.held) as held:
                     consumed = self._consume(held)
-                del self._inbuf[:consumed]
+                del self.held[:consumed]
         return pos
 
     def _consume(self, view: memoryview) -> int:

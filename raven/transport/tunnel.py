@@ -146,7 +146,8 @@ class Tunnel(CopyingReader):
     def _turn_budget(self) -> TurnBudget:
         if self._budget is None:
             self._budget = TurnBudget(self.loop, self._receive, self._after_io,
-                                      lambda: self.transport)  # fmt: skip
+                                      lambda: self.transport,
+                                      boundary=self.conn.input_end)  # fmt: skip
         return self._budget
 
     def _receive(self, data: bytes | memoryview | None) -> bool:

@@ -5,8 +5,10 @@ tunnel costs to handle: a full REGISTER is ~30 ms of name checks, 2,000 OPENs (w
 refuses one by one) ~20 ms. :class:`TurnBudget` keeps that from stalling everybody else:
 
 - a read over ``SLICE_BYTES`` reaches the connection a slice (a memoryview, no copy) at a
-  time; once another slice as costly as the last would take the turn past ``TURN_BUDGET_S``,
-  the rest waits for the next turn (so a turn overruns only when one slice alone does);
+  time, each cut where a message ends (``boundary``: the connection's ``input_end``), so no
+  record is left in two pieces for the channel to copy together; once another slice as
+  costly as the last would take the turn past ``TURN_BUDGET_S``, the rest waits for the next
+  turn (so a turn overruns only when one slice alone does);
 - the tunnel's loop over the connection's events checks the time after each event and, past
   the budget, hands the rest to :meth:`TurnBudget.defer` (next turn).
 
@@ -37,8 +39,8 @@ class TurnBudget:
     in a turn that ran no deferred events (so frames acted on by a deferred resume and by a
     new slice never add up within one turn)."""
 
-    __slots__ = ("_after", "_clock", "_loop", "_receive", "_rest", "_scheduled", "_transport",
-                 "_works", "paused")  # fmt: skip
+    __slots__ = ("_after", "_boundary", "_clock", "_loop", "_receive", "_rest", "_scheduled",
+                 "_transport", "_works", "paused")  # fmt: skip
 
     def __init__(
         self,
@@ -47,12 +49,16 @@ class TurnBudget:
         after: Callable[[], None],
         transport: Callable[[], asyncio.Transport | None],
         clock: Callable[[], float] = time.perf_counter,
+        *,
+        boundary: Callable[[memoryview, int], int] | None = None,
     ) -> None:
         self._loop = loop
         self._receive = receive
         self._after = after
         self._transport = transport
         self._clock = clock
+        #: (the rest of a read, SLICE_BYTES) -> where its next slice ends; None: at SLICE_BYTES
+        self._boundary = boundary
         self._works: list[Callable[[], None]] = []  # deferred events, run next turn
         self._rest: tuple[memoryview, int] | None = None  # a read's slices not yet fed
         self._scheduled = False
@@ -67,6 +73,9 @@ class TurnBudget:
         total = len(view)
         while offset < total and self._transport() is not None:
             end = offset + SLICE_BYTES
+            if end < total and self._boundary is not None:
+                with view[offset:] as rest:
+                    end = offset + max(self._boundary(rest, SLICE_BYTES), 1)
             self._receive(view[offset:end])
             offset = end
             now = self._clock()

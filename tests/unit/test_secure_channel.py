@@ -400,9 +400,9 @@ def test_input_buffer_holds_at_most_one_partial_record() -> None:
     wire = agent.data_to_send()
     cut = len(wire) - 100
     assert len(gateway.receive_data(wire[:cut], 100.0)) == 4
-    assert len(gateway._inbuf) < 2 + 65535
+    assert len(gateway.held) < 2 + 65535
     assert gateway.receive_data(wire[cut:], 100.0) == [payload]
-    assert len(gateway._inbuf) == 0
+    assert len(gateway.held) == 0
 
 
 def test_bytes_to_send_tracks_queue() -> None:
