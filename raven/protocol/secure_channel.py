@@ -299,7 +299,7 @@ class SecureChannel:
                             self.held += rest[consumed:]
         except ProtocolError:
             self._move(ChannelInput.RECV_INVALID)
-            self.held = bytearray()  # the partial message (or magic) waiting for its rest
+            self.held = bytearray()
             self.stats.bytes_sent -= self.output.discard()  # a final CLOSE may follow, no more
             raise
         finally:
