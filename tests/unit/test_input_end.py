@@ -15,7 +15,7 @@ from raven.protocol.limits import Limits
 from raven.protocol.message_lengths import MAX_WALK_MESSAGES, message_end
 from raven.protocol.secure_channel import SecureChannel
 from raven.transport.turn_budget import SLICE_BYTES, TurnBudget
-from tests.helpers.sansio import AGENT_PUB, GW_PRIV, events, make_agent, pump
+from tests.helpers.sansio import AGENT_PUB, GW_PRIV, events, make_agent, open_stream, pump
 
 
 def framed(*sizes: int) -> bytes:
@@ -68,13 +68,8 @@ def _bulk_wire(size: int, limits: Limits) -> tuple[bytes, TunnelConnection, Secu
                             authorize=lambda key: key == AGENT_PUB)  # fmt: skip
     gateway = TunnelConnection(channel)
     pump(agent, gateway)
-    events(agent), events(gateway)
-    sid = gateway.open_stream("edge-gpu-1", 9400)
-    pump(agent, gateway)
-    events(agent)
-    agent.accept_stream(sid)
-    pump(agent, gateway)
-    events(gateway)
+    events(agent), events(gateway)  # the handshakes
+    sid = open_stream(agent, gateway)
     agent.send_stream_data(sid, bytes(range(256)) * (size // 256))
     return agent.data_to_send(), gateway, channel, sid
 
