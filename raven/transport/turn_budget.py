@@ -50,14 +50,14 @@ class TurnBudget:
         transport: Callable[[], asyncio.Transport | None],
         clock: Callable[[], float] = time.perf_counter,
         *,
-        boundary: Callable[[memoryview, int], int] | None = None,
+        boundary: Callable[[memoryview, int], int],
     ) -> None:
         self._loop = loop
         self._receive = receive
         self._after = after
         self._transport = transport
         self._clock = clock
-        #: (the rest of a read, SLICE_BYTES) -> where its next slice ends; None: at SLICE_BYTES
+        #: (the rest of a read, SLICE_BYTES) -> where its next slice ends (at SLICE_BYTES or past)
         self._boundary = boundary
         self._works: list[Callable[[], None]] = []  # deferred events, run next turn
         self._rest: tuple[memoryview, int] | None = None  # a read's slices not yet fed
@@ -73,7 +73,7 @@ class TurnBudget:
         total = len(view)
         while offset < total and self._transport() is not None:
             end = offset + SLICE_BYTES
-            if end < total and self._boundary is not None:
+            if end < total:
                 with view[offset:] as rest:
                     end = offset + max(self._boundary(rest, SLICE_BYTES), 1)
             self._receive(view[offset:end])

@@ -32,7 +32,8 @@ def slices(clock_step: float) -> tuple[TurnBudget, list[bytes], list[str], Trans
 
     receiver = TurnBudget(asyncio.get_running_loop(), receive, lambda: order.append("after"),
                              lambda: transport,  # type: ignore[arg-type,return-value]
-                             clock=lambda: next(ticks) * clock_step)  # fmt: skip
+                             clock=lambda: next(ticks) * clock_step,
+                             boundary=lambda rest, mark: mark)  # fmt: skip
     return receiver, got, order, transport
 
 
@@ -121,7 +122,8 @@ async def test_a_turn_runs_deferred_events_or_a_slice_never_both() -> None:
 
     budget = TurnBudget(asyncio.get_running_loop(), receive, lambda: None,
                         lambda: transport,  # type: ignore[arg-type,return-value]
-                        clock=lambda: 0.0)  # fmt: skip  # the time budget never runs out
+                        clock=lambda: 0.0,  # the time budget never runs out
+                        boundary=lambda rest, mark: mark)  # fmt: skip
     budget.feed(b"a" * SLICE_BYTES + b"b" * SLICE_BYTES)
     for turn in range(1, 4):
         await asyncio.sleep(0)
