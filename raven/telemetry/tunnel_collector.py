@@ -128,7 +128,10 @@ class TunnelCollector(Collector):
         wire_by_name = {family.name: family for family in wire}
         all_drops = Counter(self._closed_drops)
         for peer, live in sorted(self._live.items()):
-            counts = Counter(self._closed.get(peer, ()))
+            # built from Counters and dicts only: Counter(iterable) asks isinstance(iterable,
+            # Mapping), and for a type that is not one (a tuple, a generator) the first such
+            # question walks every Mapping subclass's ABC cache: ~50 KiB of weakrefs, once
+            counts = Counter(self._closed.get(peer) or {})
             for tunnel in live:
                 counts.update(_wire_counts(tunnel.conn.stats))
                 all_drops.update(tunnel.conn.stats.datagrams_dropped)
@@ -141,7 +144,10 @@ class TunnelCollector(Collector):
             last = measured[-1] if measured else self._last_rtt.get(peer)
             if last is not None:
                 rtt.add_metric([peer], last)
-            by_suite = Counter(t.conn.suite for t in live if t.conn.suite is not None)
+            by_suite: dict[Suite, int] = {}
+            for t in live:
+                if t.conn.suite is not None:
+                    by_suite[t.conn.suite] = by_suite.get(t.conn.suite, 0) + 1
             for suite, count in sorted(by_suite.items()):
                 suites.add_metric([peer, suite.label], count)
         for reason, count in sorted(all_drops.items()):
