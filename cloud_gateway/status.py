@@ -128,15 +128,15 @@ def _agent_rows(registry: Registry, now: float) -> list[dict[str, Any]]:
         }
         if session is not None:
             tunnel = session.tunnel
-            stats = tunnel.conn.stats
+            wire = tunnel.conn.stats.wire
             row.update(
                 state="draining" if tunnel.draining else "up",
                 address=tunnel.peer,
                 connected_since=iso_utc(session.connected_since),
                 uptime_seconds=round(now - session.connected_since, 3),
                 rtt_seconds=tunnel.rtt_s,
-                bytes_sent=stats.bytes_sent,
-                bytes_received=stats.bytes_received,
+                bytes_sent=wire.bytes_sent,
+                bytes_received=wire.bytes_received,
                 open_streams=len(tunnel.streams),
                 nodes=len(session.nodes),
                 refused=len(session.refused),

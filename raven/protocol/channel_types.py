@@ -1,15 +1,14 @@
-"""Small types of the secure channel: which end it is (:class:`Role`), its counters
-(:class:`ChannelStats`), and what connected when the magic is wrong."""
+"""Small types of the secure channel: which end it is (:class:`Role`) and what connected
+when the magic is wrong (its counters: raven.protocol.stats)."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from raven.protocol.constants import MAGIC
 from raven.protocol.errors import HandshakeRejected, RemoteProtocolError
 
-__all__ = ["ChannelStats", "Role", "check_magic", "describe_bad_magic"]
+__all__ = ["Role", "check_magic", "describe_bad_magic"]
 
 _HTTP_STARTS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"CONN", b"PATC", b"PRI ")
 
@@ -19,26 +18,6 @@ class Role(enum.Enum):
 
     INITIATOR = "initiator"
     RESPONDER = "responder"
-
-
-@dataclass(slots=True)
-class ChannelStats:
-    """Counters of one channel (live object, updated in place).
-
-    Bytes are wire bytes (magic, handshake messages, length prefixes and records);
-    records include key updates.
-    """
-
-    records_sent: int = 0
-    records_received: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    rekeys_sent: int = 0
-    rekeys_received: int = 0
-    #: re-handshakes completed (new Diffie-Hellman keys inside the session)
-    rehandshakes: int = 0
-    #: (responder) cookie replies sent; (initiator) cookie replies accepted
-    cookie_replies: int = 0
 
 
 def check_magic(start: bytes) -> None:

@@ -25,9 +25,10 @@ from raven.protocol.errors import HandshakeRejected, LocalProtocolError, RemoteP
 from raven.protocol.events import CookieReplied, Event, HandshakeCompleted
 from raven.protocol.lifecycle import ChannelState, TunnelState
 from raven.protocol.message_lengths import message_end, missing_bytes
-from raven.protocol.mux import Multiplexer, TunnelStats
+from raven.protocol.mux import Multiplexer
 from raven.protocol.registration import encode_register_result
 from raven.protocol.secure_channel import Role, SecureChannel
+from raven.protocol.stats import TunnelStats
 from raven.protocol.suites import Suite
 
 __all__ = ["Role", "TunnelConnection"]
@@ -57,7 +58,12 @@ class TunnelConnection:
         self.limits = limits
         self._now = now
         self._channel = channel
-        self._mux = Multiplexer(initiator=role is Role.INITIATOR, limits=limits, now=now)
+        self._mux = Multiplexer(
+            initiator=role is Role.INITIATOR,
+            limits=limits,
+            now=now,
+            stats=TunnelStats(wire=channel.stats),
+        )
 
     def next_event(self) -> Event | None:
         """The oldest event not yet taken, None when there is none."""
@@ -129,17 +135,9 @@ class TunnelConnection:
 
     @property
     def stats(self) -> TunnelStats:
-        """Live counters: wire bytes/records from the channel, frames, drops, resets."""
-        stats = self._mux.stats
-        channel = self._channel.stats
-        stats.bytes_sent = channel.bytes_sent
-        stats.bytes_received = channel.bytes_received
-        stats.records_sent = channel.records_sent
-        stats.records_received = channel.records_received
-        stats.rekeys_sent = channel.rekeys_sent
-        stats.rekeys_received = channel.rekeys_received
-        stats.rehandshakes = channel.rehandshakes
-        return stats
+        """Live counters: frames, datagrams, streams, resets; the channel's wire bytes,
+        records and rekeys as ``stats.wire``."""
+        return self._mux.stats
 
     def trim(self) -> None:
         """Release the memory an idle tunnel does not need: its AEAD objects (OpenSSL

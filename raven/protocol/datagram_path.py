@@ -22,7 +22,7 @@ from raven.protocol.constants import FRAME_HEADER_BYTES
 from raven.protocol.event_queue import EventQueue
 from raven.protocol.events import DatagramReceived
 from raven.protocol.frames import HEADER, FrameType
-from raven.protocol.scheduler import TunnelStats
+from raven.protocol.stats import TunnelStats
 
 __all__ = ["DatagramInbox", "DatagramSink", "datagram_header", "lone_datagram", "split_datagrams"]
 

@@ -63,7 +63,8 @@ from raven.protocol.lifecycle import DRAINING_STATES, TunnelInput, TunnelState, 
 from raven.protocol.limits import Limits
 from raven.protocol.registration import RegistrationAssembler, encode_register
 from raven.protocol.replica_exchange import ReplicaExchange
-from raven.protocol.scheduler import Scheduler, TunnelStats
+from raven.protocol.scheduler import Scheduler
+from raven.protocol.stats import TunnelStats
 from raven.protocol.stream_control import apply_stream_control, finish_stream
 from raven.protocol.stream_table import StreamTable
 from raven.protocol.streams import (
@@ -97,11 +98,14 @@ class Multiplexer:
     )
     # fmt: on
 
-    def __init__(self, *, initiator: bool, limits: Limits, now: float) -> None:
+    def __init__(
+        self, *, initiator: bool, limits: Limits, now: float, stats: TunnelStats | None = None
+    ) -> None:
         self._limits = limits
         self._initiator = initiator
         self._table = StreamTable(initiator=initiator, limits=limits)
-        self.stats = TunnelStats()
+        #: this tunnel's counters (a TunnelConnection's hold its channel's as ``wire``)
+        self.stats = stats if stats is not None else TunnelStats()
         #: what goes out next (read by the connection; only this multiplexer queues into it)
         self.scheduler = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
         #: registration frames' payload size

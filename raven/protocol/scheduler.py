@@ -15,62 +15,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from raven.protocol.constants import FRAME_HEADER_BYTES, MAX_RECORD_PAYLOAD_BYTES
 from raven.protocol.frames import FrameType, encode_data_header, encode_header
+from raven.protocol.stats import TunnelStats
 from raven.protocol.streams import Stream
 
-__all__ = ["Scheduler", "TunnelStats"]
+__all__ = ["Scheduler"]
 
 #: While other streams have data, a waiting bulk stream still gets every this-many-th payload.
 BULK_EVERY = 8
 #: A DATA frame is not started in a payload with less room than this (unless it all fits).
 _MIN_DATA_CHUNK = 1024
 _FRAME_LABELS = {int(t): t.label for t in FrameType}
-
-
-@dataclass(slots=True)
-class TunnelStats:
-    """Counters of one tunnel (a live object, updated in place; read it for metrics).
-
-    Bytes, records and rekeys are wire-level (TunnelConnection copies them from its
-    SecureChannel); frames are counted by type label (``data``, ``open``, ...).
-    """
-
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    records_sent: int = 0
-    records_received: int = 0
-    rekeys_sent: int = 0
-    rekeys_received: int = 0
-    #: re-handshakes completed (new Diffie-Hellman keys inside the session)
-    rehandshakes: int = 0
-    frames_sent: dict[str, int] = field(default_factory=dict)
-    frames_received: dict[str, int] = field(default_factory=dict)
-    datagrams_sent: int = 0
-    datagrams_received: int = 0
-    #: by reason: ``oversize``, ``queue_full``, ``closed`` (ours), ``oversize_received``
-    datagrams_dropped: dict[str, int] = field(default_factory=dict)
-    #: streams we opened or accepted
-    streams_opened: int = 0
-    #: resets sent or received, by StreamCode label
-    streams_reset: dict[str, int] = field(default_factory=dict)
-    #: times the peer exceeded its control budget (the tunnel was closed)
-    control_budget_exceeded: int = 0
-
-    def count_reset(self, label: str) -> None:
-        self.streams_reset[label] = self.streams_reset.get(label, 0) + 1
-
-    def count_datagrams_sent(self, count: int) -> None:
-        """``count`` DATAGRAM frames went into records (queued or through the lane)."""
-        self.frames_sent["datagram"] = self.frames_sent.get("datagram", 0) + count
-        self.datagrams_sent += count
-
-    def count_drop(self, reason: str) -> bool:
-        """Count a dropped datagram; False (it was not sent) for the caller to return."""
-        self.datagrams_dropped[reason] = self.datagrams_dropped.get(reason, 0) + 1
-        return False
 
 
 class Scheduler:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
-from raven.protocol.channel_types import ChannelStats, Role
+from raven.protocol.channel_types import Role
 from raven.protocol.codes import CloseCode
 from raven.protocol.constants import KEY_BYTES, LENGTH_PREFIX_BYTES
 from raven.protocol.cookie import COOKIE_REPLY_BYTES, CookieJar, CookieResponder
@@ -57,15 +57,12 @@ from raven.protocol.records import (
     split_messages,
     trim_idle,
 )
+from raven.protocol.stats import ChannelStats
 from raven.protocol.suites import DEFAULT_SUITES, ChannelSuites, Suite, preamble
 
-__all__ = ["ChannelState", "ChannelStats", "Role", "SecureChannel"]
+__all__ = ["ChannelState", "Role", "SecureChannel"]
 
 _ESTABLISHED = ChannelState.ESTABLISHED
-
-
-def _refuse_all(_key: bytes) -> bool:
-    return False
 
 
 class SecureChannel:
@@ -115,7 +112,7 @@ class SecureChannel:
         self._psk = bytes(psk)
         if role is Role.RESPONDER and authorize is None:
             raise ValueError("a responder needs authorize(): which agent keys are known")
-        self._authorize = authorize if authorize is not None else _refuse_all
+        self._authorize = authorize if authorize is not None else (lambda _key: False)
         self._replay_guard = replay_guard if replay_guard is not None else ReplayGuard()
         if role is Role.RESPONDER and cookies is None:
             cookies = CookieResponder(public_key(static_private))

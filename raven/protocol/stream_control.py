@@ -19,7 +19,7 @@ from raven.protocol.events import (
     StreamWindowOpened,
 )
 from raven.protocol.frames import CreditFrame, EndFrame, OpenResultFrame, ResetFrame
-from raven.protocol.scheduler import TunnelStats
+from raven.protocol.stats import TunnelStats
 from raven.protocol.stream_table import StreamTable
 from raven.protocol.streams import SENDING_STATES, Stream, StreamInput
 

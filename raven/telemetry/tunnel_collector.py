@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator, Sized
 from typing import Protocol
 
-from raven.protocol.scheduler import TunnelStats
+from raven.protocol.stats import TunnelStats
 from raven.protocol.suites import Suite
 from raven.telemetry.promclient import Collector, CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -56,11 +56,12 @@ class LiveTunnel(Protocol):
 
 
 def _wire_counts(stats: TunnelStats) -> Counter[str]:
+    wire = stats.wire
     return Counter({
-        "raven_tunnel_bytes/tx": stats.bytes_sent,
-        "raven_tunnel_bytes/rx": stats.bytes_received,
-        "raven_tunnel_records/tx": stats.records_sent,
-        "raven_tunnel_records/rx": stats.records_received,
+        "raven_tunnel_bytes/tx": wire.bytes_sent,
+        "raven_tunnel_bytes/rx": wire.bytes_received,
+        "raven_tunnel_records/tx": wire.records_sent,
+        "raven_tunnel_records/rx": wire.records_received,
         "raven_tunnel_frames/tx": sum(stats.frames_sent.values()),
         "raven_tunnel_frames/rx": sum(stats.frames_received.values()),
     })  # fmt: skip

@@ -18,7 +18,7 @@ from edge_agent.backfill.metrics import BackfillMetrics as AgentBackfillMetrics
 from edge_agent.backfill.store import Totals
 from edge_agent.relay import RelayMetrics
 from raven.l3.metrics import L3Metrics
-from raven.protocol.scheduler import TunnelStats
+from raven.protocol.stats import TunnelStats
 from raven.protocol.suites import Suite
 from raven.telemetry.loop_lag import LoopLagProbe
 from raven.telemetry.metrics import TunnelMetrics

@@ -42,7 +42,7 @@ async def pair() -> AsyncIterator[Pair]:
 
 
 def records_sent(tunnel: Tunnel) -> int:
-    return tunnel.conn.stats.records_sent
+    return tunnel.conn.stats.wire.records_sent
 
 
 async def test_a_lone_datagram_is_written_in_the_same_loop_turn(pair: Pair) -> None:

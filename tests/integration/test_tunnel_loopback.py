@@ -159,7 +159,7 @@ async def test_rehandshakes_under_traffic_do_not_disturb_a_stream(
     stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
     received = bytearray()
     sent = bytearray()
-    while tunnel.conn.stats.rehandshakes < 3:
+    while tunnel.conn.stats.wire.rehandshakes < 3:
         chunk = os.urandom(256 * 1024)
         sent += chunk
         await stream.write(chunk)

@@ -53,11 +53,11 @@ async def test_a_large_answer_is_written_in_the_same_call(
     streams: tuple[Tunnel, TunnelStream, TunnelStream],
 ) -> None:
     agent, opened, served = streams
-    before = agent.conn.stats.records_sent
+    before = agent.conn.stats.wire.records_sent
     answer = b"x" * IMMEDIATE_WRITE_BYTES
     assert served.send_nowait(answer) == len(answer)
     # no await since: sealed and handed to the transport already
-    assert agent.conn.stats.records_sent > before
+    assert agent.conn.stats.wire.records_sent > before
     assert not agent.conn.has_data_to_send
     assert await read_exactly(opened, len(answer)) == answer
 
@@ -66,12 +66,12 @@ async def test_small_writes_share_the_turns_flush(
     streams: tuple[Tunnel, TunnelStream, TunnelStream],
 ) -> None:
     agent, opened, served = streams
-    before = agent.conn.stats.records_sent
+    before = agent.conn.stats.wire.records_sent
     heads = [b"head %d\n" % i for i in range(5)]
     for head in heads:
         served.send_nowait(head)
-    assert agent.conn.stats.records_sent == before  # waiting for the turn's flush
+    assert agent.conn.stats.wire.records_sent == before  # waiting for the turn's flush
     assert agent.conn.has_data_to_send
     await asyncio.sleep(0)
-    assert agent.conn.stats.records_sent == before + 1  # one record for the five
+    assert agent.conn.stats.wire.records_sent == before + 1  # one record for the five
     assert await read_exactly(opened, len(b"".join(heads))) == b"".join(heads)

@@ -108,7 +108,7 @@ async def test_an_auto_agent_upgrades_then_follows_a_gateway_that_stops_acceptin
         await wait_for(lambda: any(link.tunnel for link in agent.dialer.all_links()))
         [link] = agent.dialer.all_links()
         await wait_for(lambda: link.tunnel is not None and link.tunnel.conn.suite is Suite.AESGCM)
-        assert link.tunnel is not None and link.tunnel.conn.stats.rehandshakes == 1
+        assert link.tunnel is not None and link.tunnel.conn.stats.wire.rehandshakes == 1
         await first.stop()
         await wait_for(lambda: link.tunnel is None)
         second = GatewayApp(

@@ -74,9 +74,10 @@ def test_handshake_then_streams_and_datagrams() -> None:
     pump(agent, gateway)
     assert events(gateway) == [DatagramReceived(b"\x45" + bytes(59))]
     stats = agent.stats
-    assert stats.bytes_sent > len(body) and stats.records_sent >= 7
+    assert stats.wire.bytes_sent > len(body) and stats.wire.records_sent >= 7
     assert stats.frames_sent["data"] >= 1 and gateway.stats.frames_received["data"] >= 1
-    assert gateway.stats.bytes_received == stats.bytes_sent
+    assert gateway.stats.wire.bytes_received == stats.wire.bytes_sent
+    assert stats.wire is agent._channel.stats  # the channel's own counters, not a copy
 
 
 def test_registration_through_the_tunnel() -> None:
@@ -115,7 +116,7 @@ def test_rekey_through_the_connection() -> None:
         gateway.send_stream_data(sid, payload[: gateway.send_capacity(sid)])
         pump(agent, gateway)
         total += read_all(agent, sid)
-    assert gateway.stats.rekeys_sent >= 5 and agent.stats.rekeys_received >= 5
+    assert gateway.stats.wire.rekeys_sent >= 5 and agent.stats.wire.rekeys_received >= 5
     assert total == (payload * 40)[: len(total)] and len(total) > 40 * 5000
 
 
@@ -393,7 +394,7 @@ def test_periodic_rehandshake_renews_the_keys_without_disturbing_streams() -> No
         # data sealed right after message 1 (old key) and after the switch (new key)
         _exchange_in_flight(agent, gateway, sid, now, b"round%d" % round_)
         assert events(agent) == events(gateway) == []
-        assert agent.stats.rehandshakes == gateway.stats.rehandshakes == round_
+        assert agent.stats.wire.rehandshakes == gateway.stats.wire.rehandshakes == round_
     _exchange_in_flight(agent, gateway, sid, 200.0, b"after")  # all on the newest keys
     assert agent._channel.handshake_hash == gateway._channel.handshake_hash != first
     assert not agent.closed and not gateway.closed

@@ -33,7 +33,8 @@ def with_sink(conn: TunnelConnection) -> list[bytes]:
 def counters(conn: TunnelConnection) -> tuple[object, ...]:
     s = conn.stats
     return (s.frames_sent, s.frames_received, s.datagrams_sent, s.datagrams_received,
-            s.records_sent, s.records_received, s.bytes_sent, s.bytes_received)  # fmt: skip
+            s.wire.records_sent, s.wire.records_received, s.wire.bytes_sent,
+            s.wire.bytes_received)  # fmt: skip
 
 
 def test_a_lone_datagram_is_a_record_of_one_datagram_frame() -> None:
@@ -132,7 +133,7 @@ def test_a_key_update_due_sends_the_packet_through_the_queue_which_rekeys_first(
             sent += 1
         gateway.receive_data(wire, 1.0)
     assert got == [b"\x45" + bytes([i]) for i in range(8)]
-    assert agent.stats.rekeys_sent == gateway.stats.rekeys_received >= 2
+    assert agent.stats.wire.rekeys_sent == gateway.stats.wire.rekeys_received >= 2
     assert 0 < sent < 8
 
 
@@ -147,7 +148,7 @@ def test_a_rehandshake_in_flight_sends_through_the_queue() -> None:
     assert agent.send_datagram(PACKET)
     pump(agent, gateway, 60.5)
     assert got == [PACKET]
-    assert agent.stats.rehandshakes == gateway.stats.rehandshakes == 1
+    assert agent.stats.wire.rehandshakes == gateway.stats.wire.rehandshakes == 1
     wire = agent.seal_lone_datagram(PACKET, 61.0)  # switched: the lane again, new keys
     assert wire is not None
     assert gateway.receive_data(wire, 61.0) is False
@@ -238,8 +239,8 @@ def test_any_mix_of_lane_and_queue_delivers_every_packet_once_in_order(
     a, g = agent.stats, gateway.stats
     assert a.datagrams_sent == g.datagrams_received == len(accepted)
     assert a.frames_sent.get("datagram", 0) == g.frames_received.get("datagram", 0)
-    assert (a.records_sent, a.bytes_sent, a.rekeys_sent) == (
-        g.records_received, g.bytes_received, g.rekeys_received,
+    assert (a.wire.records_sent, a.wire.bytes_sent, a.wire.rekeys_sent) == (
+        g.wire.records_received, g.wire.bytes_received, g.wire.rekeys_received,
     )  # fmt: skip
     assert a.datagrams_dropped.get("oversize", 0) == sum(
         1 for op, arg in ops if op in ("lane", "queue") and not 0 < int(arg) <= 120

@@ -261,7 +261,7 @@ def test_auto_upgrades_at_once_by_a_rehandshake_without_disturbing_streams() -> 
     agent.handle_timer(0.5)  # message 1 of the AES handshake goes out in a HANDSHAKE record
     exchange(agent, gateway, sid, b"across")
     assert agent.suite is gateway.suite is AES
-    assert agent.stats.rehandshakes == gateway.stats.rehandshakes == 1
+    assert agent.stats.wire.rehandshakes == gateway.stats.wire.rehandshakes == 1
     exchange(agent, gateway, sid, b"after")
     assert agent.get_timer() == 60.0  # the next one is the periodic one
     # a new connection of the same agent starts on AES at once (it remembers the gateway)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from raven.protocol.scheduler import TunnelStats
+from raven.protocol.stats import TunnelStats
 from raven.protocol.suites import Suite
 from raven.telemetry.metrics import TunnelMetrics
 
@@ -32,7 +32,7 @@ def test_counts_are_read_at_scrape_time_and_stay_monotonic_across_reconnects() -
     live.tunnel_up("site-a", first)
     assert value(registry, "raven_tunnels_connected", agent="site-a") == 1
     assert value(registry, "raven_tunnel_bytes_total", direction="tx", agent="site-a") == 0
-    first.stats.bytes_sent, first.stats.frames_received = 1000, {"data": 3, "ping": 1}
+    first.stats.wire.bytes_sent, first.stats.frames_received = 1000, {"data": 3, "ping": 1}
     first.streams = {1: object(), 3: object()}
     first.rtt_s = 0.002
     assert value(registry, "raven_tunnel_bytes_total", direction="tx", agent="site-a") == 1000
@@ -46,9 +46,9 @@ def test_counts_are_read_at_scrape_time_and_stay_monotonic_across_reconnects() -
     assert value(registry, "raven_tunnel_rtt_seconds", agent="site-a") == 0.002  # last measured
     second = Tunnel()
     live.tunnel_up("site-a", second)
-    second.stats.bytes_sent = 10
+    second.stats.wire.bytes_sent = 10
     assert value(registry, "raven_tunnel_bytes_total", direction="tx", agent="site-a") == 1010
-    first.stats.bytes_sent = 99_999  # a closed tunnel's later changes are not read
+    first.stats.wire.bytes_sent = 99_999  # a closed tunnel's later changes are not read
     assert value(registry, "raven_tunnel_bytes_total", direction="tx", agent="site-a") == 1010
 
 
