@@ -75,7 +75,7 @@ from raven.protocol.streams import (
     StreamState,
 )
 
-__all__ = ["Multiplexer", "TunnelStats"]
+__all__ = ["Multiplexer"]
 
 #: Queued control bytes (PONGs, refusals, answers) a peer may leave unread before LIMIT_EXCEEDED.
 MAX_PEER_INDUCED_CONTROL_BYTES = 1024 * 1024
@@ -87,7 +87,9 @@ class Multiplexer:
     """Streams, datagrams, keepalive and registration over record payloads.
 
     ``initiator`` decides the stream id parity (initiator odd, responder even)
-    and who may register (the initiator registers, the responder answers).
+    and who may register (the initiator registers, the responder answers). ``stats``: the
+    counters to keep (a TunnelConnection passes one holding its channel's); a fresh one if
+    not given.
     """
 
     # fmt: off
@@ -104,7 +106,7 @@ class Multiplexer:
         self._limits = limits
         self._initiator = initiator
         self._table = StreamTable(initiator=initiator, limits=limits)
-        #: this tunnel's counters (a TunnelConnection's hold its channel's as ``wire``)
+        #: this tunnel's counters (read them for metrics)
         self.stats = stats if stats is not None else TunnelStats()
         #: what goes out next (read by the connection; only this multiplexer queues into it)
         self.scheduler = Scheduler(limits.max_frame_payload_bytes, self.stats, self._on_end_sent)
