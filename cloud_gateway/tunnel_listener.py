@@ -108,6 +108,11 @@ class TunnelListener:
         self._deadlines: Deadlines | None = None
         self.bound: tuple[str, int] | None = None
         self._sessions: dict[Tunnel, AgentSession] = {}
+        # what every tunnel is given, bound once: reading a method off an object makes a new
+        # 64-byte bound method each time, which each of thousands of tunnels would keep
+        self._authorize_key = registry.authorize
+        self._admit_tunnel = self._admit
+        self._tunnel_event = self._on_event
         #: agent key -> its tunnels here whose handshake completed (the replay guard's "live")
         self._confirmed: dict[bytes, int] = {}
         #: the registration being checked per tunnel (a newer one replaces it)
@@ -139,14 +144,14 @@ class TunnelListener:
                 limits=self.limits,
                 now=loop.time(),
                 psk=self.psk,
-                authorize=self.registry.authorize,
+                authorize=self._authorize_key,
                 replay_guard=self.replay_guard,
                 cookies=self.cookies,
                 suites=self.suites,
             )
         )
-        tunnel = Tunnel(conn, name="incoming", admit=self._admit, deadlines=self._deadlines)
-        tunnel.on_event = self._on_event
+        tunnel = Tunnel(conn, name="incoming", admit=self._admit_tunnel, deadlines=self._deadlines)
+        tunnel.on_event = self._tunnel_event
         if self.agent_stream_service is not None:
             tunnel.streams.on_stream = functools.partial(self._agent_stream, tunnel)
         self.tunnels.add(tunnel)
