@@ -37,7 +37,7 @@ from raven.telemetry.logs import doc_link, fields
 from raven.telemetry.logthrottle import LogThrottle
 from raven.telemetry.metrics import TunnelMetrics
 from raven.transport.deadlines import Deadlines
-from raven.transport.tunnel import Tunnel, TunnelStream
+from raven.transport.tunnel import EventHandler, Tunnel, TunnelStream
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +108,6 @@ class TunnelListener:
         self._deadlines: Deadlines | None = None
         self.bound: tuple[str, int] | None = None
         self._sessions: dict[Tunnel, AgentSession] = {}
-        # what every tunnel is given, bound once: reading a method off an object makes a new
-        # 64-byte bound method each time, which each of thousands of tunnels would keep
-        self._authorize_key = registry.authorize
-        self._admit_tunnel = self._admit
-        self._tunnel_event = self._on_event
         #: agent key -> its tunnels here whose handshake completed (the replay guard's "live")
         self._confirmed: dict[bytes, int] = {}
         #: the registration being checked per tunnel (a newer one replaces it)
@@ -135,8 +130,18 @@ class TunnelListener:
         if self.websocket is not None:
             await self.websocket.start()
 
+    @functools.cached_property
+    def _tunnel_hooks(
+        self,
+    ) -> tuple[Callable[[bytes], bool], Callable[[Tunnel], bool], EventHandler]:
+        """What every tunnel is given (authorize, admit, on_event), bound once: reading a
+        method off an object makes a new 64-byte bound method, which each of thousands of
+        tunnels would keep."""
+        return self.registry.authorize, self._admit, self._on_event
+
     def _make_tunnel(self) -> Tunnel:
         loop = asyncio.get_running_loop()
+        authorize, admit, on_event = self._tunnel_hooks
         conn = TunnelConnection(
             SecureChannel(
                 role=Role.RESPONDER,
@@ -144,14 +149,14 @@ class TunnelListener:
                 limits=self.limits,
                 now=loop.time(),
                 psk=self.psk,
-                authorize=self._authorize_key,
+                authorize=authorize,
                 replay_guard=self.replay_guard,
                 cookies=self.cookies,
                 suites=self.suites,
             )
         )
-        tunnel = Tunnel(conn, name="incoming", admit=self._admit_tunnel, deadlines=self._deadlines)
-        tunnel.on_event = self._tunnel_event
+        tunnel = Tunnel(conn, name="incoming", admit=admit, deadlines=self._deadlines)
+        tunnel.on_event = on_event
         if self.agent_stream_service is not None:
             tunnel.streams.on_stream = functools.partial(self._agent_stream, tunnel)
         self.tunnels.add(tunnel)
