@@ -34,13 +34,15 @@ REPO = Path(__file__).resolve().parents[1]
 HOOK = """
 import collections, json, os, signal, sys
 _out = os.environ["RAVEN_CALLS_DIR"]
+_callers = os.environ.get("RAVEN_CALLS_CALLERS") == "1"  # a C call keyed by its caller too
 _counts = collections.Counter()
 def _hook(frame, event, arg):
     if event == "call":
         code = frame.f_code
         _counts[f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"] += 1
     elif event == "c_call":
-        _counts["C:" + str(getattr(arg, "__qualname__", arg))] += 1
+        key = "C:" + str(getattr(arg, "__qualname__", arg))
+        _counts[key + " <- " + frame.f_code.co_qualname if _callers else key] += 1
 def _start(signum, frame):
     _counts.clear()
     sys.setprofile(_hook)

@@ -47,7 +47,7 @@ _NO_WALK = frozenset({ChannelState.AWAIT_MAGIC, ChannelState.FAILED})
 class TunnelConnection:
     """One tunnel, either end. See docs/architecture.md for the contract."""
 
-    __slots__ = ("_channel", "_mux", "_now", "_role", "limits")
+    __slots__ = ("_channel", "_moved_at_pong", "_mux", "_now", "_role", "limits")
 
     def __init__(self, channel: SecureChannel) -> None:
         """The connection over ``channel`` (a fresh one: its handshake not started), which
@@ -64,6 +64,8 @@ class TunnelConnection:
             now=now,
             stats=TunnelStats(wire=channel.stats),
         )
+        #: streams opened + datagrams moved, as of the last keepalive round trip
+        self._moved_at_pong = 0
 
     def next_event(self) -> Event | None:
         """The oldest event not yet taken, None when there is none."""
@@ -144,6 +146,21 @@ class TunnelConnection:
         contexts, ~2.4 KiB each), record scratch buffers and an empty output buffer. The
         next record makes what it needs again (~1 us per AEAD object)."""
         self._channel.trim()
+
+    def trim_if_quiet(self, *, pong: bool = False) -> None:
+        """`trim` when no stream is open and none was opened, nor a datagram moved, since the
+        last keepalive round trip. The adapter calls it after each write (a quiet tunnel's
+        write carried keepalive traffic only: the PONG to the peer's PING, our next PING) and
+        with ``pong`` at each PONG, which then starts the next quiet period."""
+        mux = self._mux
+        if mux.open_streams and not pong:
+            return  # the common case, a write while streams are open: nothing to trim
+        stats = mux.stats
+        moved = stats.streams_opened + stats.datagrams_sent + stats.datagrams_received
+        if not mux.open_streams and moved == self._moved_at_pong:
+            self._channel.trim()
+        if pong:
+            self._moved_at_pong = moved
 
     # ------------------------------------------------------------------ I/O
 

@@ -71,7 +71,7 @@ class Tunnel(CopyingReader):
     # fmt: off
     __slots__ = (
         "_budget", "_deadlines", "_flush_scheduled", "_handshake", "_in_events", "_in_flush",
-        "_moved_at_pong", "_on_datagram", "_receiving", "_resume_due", "_write_paused",
+        "_on_datagram", "_receiving", "_resume_due", "_write_paused",
         "_write_resumed", "admit", "closed", "conn", "deadline_at", "loop", "name", "on_event",
         "peer", "rtt_s", "streams", "transport",
     )
@@ -115,8 +115,6 @@ class Tunnel(CopyingReader):
         self._flush_scheduled = False
         #: a _resume_input is deferred to the next turn (received frames wait)
         self._resume_due = False
-        #: streams opened + datagrams moved, as of the last keepalive round trip
-        self._moved_at_pong = 0
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -207,8 +205,14 @@ class Tunnel(CopyingReader):
             if self.conn.handshake_complete and (key := self.conn.remote_static) is not None:
                 done.set_result(key)
             elif self.closed.done():
-                done.set_exception(ConnectionError(f"tunnel closed: {self.closed.result().reason}"))
+                self._fail_handshake(self.closed.result().reason)
         return self._handshake
+
+    def _fail_handshake(self, reason: str) -> None:
+        """The tunnel closed before its handshake completed: the waiter's ConnectionError."""
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
+            self._handshake.exception()  # retrieved: its waiter may be gone
 
     @property
     def write_paused(self) -> bool:
@@ -350,20 +354,6 @@ class Tunnel(CopyingReader):
                 self._write_resumed = asyncio.Event()
             await self._write_resumed.wait()
 
-    def _moved(self) -> int:
-        """Streams opened and datagrams carried so far: unchanged while the tunnel is idle."""
-        stats = self.conn.stats
-        return stats.streams_opened + stats.datagrams_sent + stats.datagrams_received
-
-    def _trim_if_quiet(self) -> None:
-        """No stream open and none, nor a datagram, since the last keepalive round trip:
-        release what the idle connection does not need (TunnelConnection.trim). Called at
-        each PONG, which starts the next quiet period."""
-        moved = self._moved()
-        if not self.streams and moved == self._moved_at_pong:
-            self.conn.trim()
-        self._moved_at_pong = moved
-
     # ------------------------------------------------------------ the engine
     def _after_io(self) -> None:
         self._process_events()
@@ -399,10 +389,8 @@ class Tunnel(CopyingReader):
                     break  # the common case: one round, no empty second pull
         finally:
             self._in_flush = False
-        if not self.streams and self._moved() == self._moved_at_pong:
-            # quiet since the last PONG: this write carried keepalive traffic only (the PONG
-            # to the peer's PING, our next PING): no AEAD is kept until the next one
-            self.conn.trim()
+        if not self.streams:  # none open: this write may be a quiet tunnel's keepalive
+            self.conn.trim_if_quiet()
         self._process_events()
         self._arm_timer()
 
@@ -454,7 +442,7 @@ class Tunnel(CopyingReader):
                 self._handshake.set_result(event.remote_static)
         elif isinstance(event, ev.PongReceived):
             self.rtt_s = event.rtt_s
-            self._trim_if_quiet()
+            self.conn.trim_if_quiet(pong=True)
         elif isinstance(event, ev.ConnectionTerminated):
             self._terminate(event.code, event.reason, by_peer=event.by_peer, event=event)
             return
@@ -473,9 +461,7 @@ class Tunnel(CopyingReader):
             return
         self._deadlines.set(self, None)
         self.streams.abort_all(reason)
-        if self._handshake is not None and not self._handshake.done():
-            self._handshake.set_exception(ConnectionError(f"tunnel closed: {reason}"))
-            self._handshake.exception()  # retrieved: its waiter may be gone
+        self._fail_handshake(reason)
         final = event or ev.ConnectionTerminated(code=code, reason=reason, by_peer=by_peer)
         self.closed.set_result(final)
         self._wake_writers()
