@@ -55,6 +55,23 @@ signal.signal(signal.SIGUSR2, _stop)
 """
 
 
+def print_counts(
+    counts: dict[str, dict[str, int]], n: int, unit: str, minimum: float, root: Path
+) -> None:
+    """Per process: the Python and C calls per ``unit`` (``n`` of them), then a table of
+    the functions called at least ``minimum`` times per ``unit``."""
+    for name, calls in counts.items():
+        python = sum(c for key, c in calls.items() if not key.startswith("C:"))
+        native = sum(calls.values()) - python
+        print(f"**{name}**: {python / n:.1f} Python calls per {unit}, {native / n:.1f} C calls\n")
+        print(f"| calls per {unit} | function |")
+        print("|---|---|")
+        for key, c in sorted(calls.items(), key=lambda kv: -kv[1]):
+            if c / n >= minimum:
+                print(f"| {c / n:.2f} | `{key.replace(str(root) + '/', '')}` |")
+        print()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pings", type=int, default=300)
@@ -99,19 +116,7 @@ def main() -> int:
             t.stop()
     pings = len(rtts)
     print(f"`bench/bench_l3_calls.py --pings {args.pings}` ({root}): {pings} pings answered\n")
-    for name, calls in counts.items():
-        python = sum(n for key, n in calls.items() if not key.startswith("C:"))
-        native = sum(calls.values()) - python
-        print(
-            f"**{name}**: {python / pings:.1f} Python calls per ping, {native / pings:.1f} C calls"
-        )
-        print()
-        print("| calls per ping | function |")
-        print("|---|---|")
-        for key, n in sorted(calls.items(), key=lambda kv: -kv[1]):
-            if n / pings >= args.min:
-                print(f"| {n / pings:.2f} | `{key.replace(str(root) + '/', '')}` |")
-        print()
+    print_counts(counts, pings, "ping", args.min, root)
     return 0
 
 

@@ -328,6 +328,17 @@ def measure(
 # ---------------------------------------------------------------- main
 
 
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate ``procs`` last first, then wait for each (killed after 10 s)."""
+    for proc in reversed(procs):
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def median_result(results: list[Result], path: str, conns: int) -> Result:
     """One path's runs at one concurrency, as their medians (errors summed as text)."""
     runs = [r for r in results if r.path == path and r.conns == conns]
@@ -507,13 +518,7 @@ def main() -> int:
                         print(f"  round {round_no + 1} {path} c={conns}: {r.rps:,.0f} req/s",
                               file=sys.stderr)  # fmt: skip
         finally:
-            for proc in reversed(procs):
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_all(procs)
     print(f"\nwrk, 100 KB page, {args.seconds:g} s per run, {os.cpu_count()} CPUs, loopback\n")
     if args.rounds == 1:
         print(markdown(results))

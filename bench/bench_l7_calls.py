@@ -80,13 +80,7 @@ def main() -> int:
                 n: json.loads((out_dir / f"{p.pid}.json").read_text()) for n, p in named.items()
             }
         finally:
-            for proc in reversed(procs):
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            l7.stop_all(procs)
     match = re.search(r"(\d+) requests in", out)
     requests = int(match.group(1)) if match else 0
     if not requests:
@@ -94,17 +88,7 @@ def main() -> int:
         return 1
     print(f"`bench/bench_l7_calls.py --seconds {args.seconds:g} --conns {args.conns}` ({root}): "
           f"{requests} requests\n")  # fmt: skip
-    for name, calls in counts.items():
-        python = sum(n for key, n in calls.items() if not key.startswith("C:"))
-        native = sum(calls.values()) - python
-        print(f"**{name}**: {python / requests:.1f} Python calls per request, "
-              f"{native / requests:.1f} C calls\n")  # fmt: skip
-        print("| calls per request | function |")
-        print("|---|---|")
-        for key, n in sorted(calls.items(), key=lambda kv: -kv[1]):
-            if n / requests >= args.min:
-                print(f"| {n / requests:.2f} | `{key.replace(str(root) + '/', '')}` |")
-        print()
+    bench_l3_calls.print_counts(counts, requests, "request", args.min, root)
     return 0
 
 
