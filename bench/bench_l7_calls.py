@@ -59,7 +59,9 @@ def main() -> int:
             procs.append(l7.start_nginx(tmp, "target", target_port,
                          f"location = /metrics {{ root {tmp}; default_type text/plain; }}"))  # fmt: skip
             gw_conf, agent_conf, port = l7.write_tunnel_configs(tmp, target_port, None, 256)
-            cli = [sys.executable, "-m", "raven_cli.main"]
+            # older trees (before the composition roots left the library): raven.cli
+            module = "raven_cli.main" if (root / "raven_cli").is_dir() else "raven.cli"
+            cli = [sys.executable, "-m", module]
             gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=root, env=env)
             procs.append(gateway)
             l7.wait_port(port)
