@@ -29,8 +29,14 @@ __all__ = [
 
 #: mypyc ships with mypy (the core is checked with mypy >= 1.10, pyproject's test extra); it
 #: type-checks what it compiles, so the typed dependencies the core imports come too
-#: (cryptography for the AEADs, prometheus-client for raven/l3's counters)
-COMPILE_REQUIREMENTS = ["mypy>=1.10", "cryptography>=42", "prometheus-client>=0.20"]
+#: (cryptography for the AEADs, prometheus-client for raven/l3's counters, the PyYAML stubs for
+#: the configuration the proxy modules of the hot path import)
+COMPILE_REQUIREMENTS = [
+    "mypy>=1.10",
+    "cryptography>=42",
+    "prometheus-client>=0.20",
+    "types-PyYAML",
+]
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, object] | None = None) -> list[str]:

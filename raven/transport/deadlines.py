@@ -84,7 +84,7 @@ class Deadlines:
         self._stale = 0
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self._timer_at = None
+        self._disarmed()
 
     def _arm(self, when: float) -> None:
         if self._timer is not None:
@@ -92,8 +92,14 @@ class Deadlines:
         self._timer_at = when
         self._timer = self._loop.call_at(when, self._fire)
 
-    def _fire(self) -> None:
+    def _disarmed(self) -> None:
         self._timer = self._timer_at = None
+
+    def _fire(self) -> None:
+        # a call, not the assignment: after it the type checker would take self._timer for
+        # None all through this method, though the owners' callbacks below arm it again (the
+        # mypyc build trusts that narrowing and failed on the TimerHandle)
+        self._disarmed()
         heap = self._heap
         due: list[DeadlineOwner] = []
         until = self._loop.time() + SLACK_S

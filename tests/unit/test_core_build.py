@@ -1,4 +1,5 @@
-"""Which build of the sans-IO core the tests run: pure Python unless RAVEN_EXPECT_COMPILED=1.
+"""Which build of the sans-IO core (and the hot path's adapters, setup.py's HOT_PATH) the
+tests run: pure Python unless RAVEN_EXPECT_COMPILED=1.
 
 scripts/test runs every test on the pure-Python core (a compiled build left in place fails
 here, so the pure run never tests the compiled core by accident), then scripts/test-compiled
@@ -8,6 +9,7 @@ and loopback tests again on it.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -36,17 +38,55 @@ COMPILED = tuple(m[:-3].replace("/", ".") for m in SETUP.core_modules())
 PURE = tuple(sorted(m[:-3].replace("/", ".") for m in SETUP.PURE))
 
 
-def test_the_compiled_set_is_the_core_less_the_pure_modules() -> None:
+def test_the_compiled_set_is_the_core_less_the_pure_modules_and_the_hot_path() -> None:
     everything = {
         f"{package.replace('/', '.')}.{p.stem}"
         for package in SETUP.PACKAGES
         for p in (ROOT / package).glob("*.py")
         if p.stem != "__init__"
     }
-    assert set(COMPILED) | set(PURE) == everything
+    hot = {m[:-3].replace("/", ".") for m in SETUP.HOT_PATH}
+    assert all((ROOT / m).is_file() for m in SETUP.HOT_PATH), "HOT_PATH names a missing module"
+    assert set(COMPILED) | set(PURE) == everything | hot
     assert not set(COMPILED) & set(PURE)
     core = {"raven.protocol.mux", "raven.protocol.records", "raven.l3.packet", "raven.l3.prefixes"}
-    assert core <= set(COMPILED)
+    adapters = {"raven.transport.tunnel", "raven.transport.splice", "cloud_gateway.proxy.heads"}
+    assert core | adapters <= set(COMPILED)
+
+
+def _subclassed_from(path: Path, modules: set[str]) -> list[str]:
+    """``Base`` for each class in ``path`` whose base ``Base`` it imports from one of
+    ``modules`` (dotted names)."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in modules
+        for alias in node.names
+    }
+    return [
+        base.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+        if isinstance(base, ast.Name) and base.id in imported
+    ]
+
+
+def test_no_interpreted_class_subclasses_a_compiled_one() -> None:
+    """mypyc refuses to make an instance of an interpreted subclass of a compiled class
+    (TypeError at the first call): a class subclassed outside the compiled set is compiled
+    with its subclasses or stays pure (setup.py, HOT_PATH)."""
+    compiled = set(COMPILED)
+    found = []
+    for folder in ("raven", "raven_cli", "cloud_gateway", "edge_agent", "gpu_exporter",
+                   "coredns-hosts", "tests", "bench"):  # fmt: skip
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            dotted = path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+            if dotted not in compiled:
+                bases = _subclassed_from(path, compiled)
+                found += [f"{path.relative_to(ROOT)}: {base}" for base in bases]
+    assert not found, found
 
 
 def _is_extension(name: str) -> bool:

@@ -79,14 +79,19 @@ assert i_recv.decrypt_with_ad(b"", r_send.encrypt_with_ad(b"", b"down")) == b"do
 udp = bytes([0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]) + bytes(8)
 info = packet.parse_packet(udp)
 assert (info.version, info.protocol, info.length, info.dst) == (4, 17, 28, 0x0A000002), info
+import cloud_gateway.proxy.heads as heads, raven.transport.tunnel as tunnel
+for module in (heads, tunnel):  # the hot path's adapters (setup.py HOT_PATH)
+    assert module.__file__.endswith(".so"), module.__file__
+head = heads.parse_request_head(b"GET /metrics HTTP/1.1\\r\\nHost: edge-1:9400\\r\\n\\r\\n")
+assert (head.method, head.host, head.keep_alive) == ("GET", "edge-1:9400", True), head
 print("compiled core ok")
 """
 
 
 def test_wheel_with_the_compiled_core(tmp_path: Path) -> None:
-    """RAVEN_COMPILE=1: the sdist builds a platform wheel whose raven/protocol carries mypyc
-    extension modules (the runtime they share inside the package) and, beside them, the .py
-    files as the fallback; the unpacked wheel runs a handshake on them."""
+    """RAVEN_COMPILE=1: the sdist builds a platform wheel whose core and hot path carry mypyc
+    extension modules (the runtime they share inside raven/protocol) and, beside them, the .py
+    files as the fallback; the unpacked wheel runs a handshake and parses a request on them."""
     out = tmp_path / "dist"
     build = subprocess.run(
         [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
@@ -99,13 +104,16 @@ def test_wheel_with_the_compiled_core(tmp_path: Path) -> None:
         names = set(archive.namelist())
         archive.extractall(tmp_path / "site")
     extensions = {n.split("/")[-1].split(".")[0] for n in names if n.endswith(".so")}
+    compiled_dirs = ("raven/protocol/", "raven/l3/", "raven/transport/", "cloud_gateway/proxy/")
     sources = {n.split("/")[-1][:-3] for n in names
-               if n.startswith(("raven/protocol/", "raven/l3/")) and n.endswith(".py")}  # fmt: skip
+               if n.startswith(compiled_dirs) and n.endswith(".py")}  # fmt: skip
     core = {"mux", "connection", "records", "noise", "packet", "prefixes", "_core__mypyc"}
-    assert core <= extensions
+    hot = {"tunnel", "splice", "heads", "response_relay"}  # setup.py HOT_PATH
+    assert core | hot <= extensions
     assert not {"frames", "events", "limits"} & extensions  # stay pure (setup.py)
+    assert not {"websocket_transport", "tun", "server"} & extensions  # off the hot path
     assert extensions - {"_core__mypyc"} <= sources  # every compiled module keeps its .py
-    assert all(n.startswith(("raven/protocol/", "raven/l3/")) for n in names if n.endswith(".so"))
+    assert all(n.startswith(compiled_dirs) for n in names if n.endswith(".so"))
     smoke = subprocess.run(
         [sys.executable, "-c", _COMPILED_SMOKE], cwd=tmp_path, capture_output=True, text=True,
         timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
