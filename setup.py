@@ -24,8 +24,10 @@ PACKAGES = ("raven/protocol", "raven/l3")
 #: (HTTP head parsing and rewriting, the exchange, the response relay, the client connection)
 #: and in both processes (the tunnel, its streams, the turn budget, the splice to a target):
 #: bench/bench_l7_calls.py lists them. Compiled beside the core they take ~13 % off the CPU a
-#: scrape costs (BENCHMARKS.md, issue 35); the other modules of these packages (set-up, TLS,
-#: WebSocket, TUN, proxies on the way to the gateway) run once per connection or less.
+#: scrape costs (BENCHMARKS.md, issue 35). Of the other modules of these packages, set-up,
+#: the TLS client and the proxies on the way to the gateway run once per connection; the
+#: WebSocket framing (ws:// and wss:// tunnels) and the TUN loop are per packet but not in the
+#: set yet: no benchmark has shown what compiling them buys.
 HOT_PATH = (
     *(f"raven/transport/{m}.py" for m in ("deadlines", "inbox", "send_burst", "splice",
                                            "stream", "tunnel", "tunnel_stream",
