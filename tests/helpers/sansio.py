@@ -30,6 +30,13 @@ def initiator(
     )
 
 
+def holds_aead(conn: TunnelConnection) -> bool:
+    """Either direction of ``conn`` holds its AEAD object (TunnelConnection.trim drops both)."""
+    channel = conn._channel
+    assert channel._sender is not None and channel._receiver is not None
+    return channel._sender._cipher._aead is not None or channel._receiver._cipher._aead is not None
+
+
 def events(source: TunnelConnection | Multiplexer) -> list[Event]:
     """Every event queued on a TunnelConnection or Multiplexer, oldest first."""
     take = source.events.popleft if isinstance(source, Multiplexer) else source.next_event

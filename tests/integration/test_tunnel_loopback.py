@@ -11,6 +11,7 @@ import pytest
 
 from raven.transport.stream import OpenFailure, StreamOpenError
 from tests.helpers import KeyPair, wait_for
+from tests.helpers.sansio import holds_aead
 from tests.helpers.tunnel import LIMITS, Site, echo_port
 
 
@@ -172,11 +173,6 @@ async def test_rehandshakes_under_traffic_do_not_disturb_a_stream(
     assert link.connects == 1 and not tunnel.closed.done()
 
 
-def _holds_aead(tunnel: object) -> bool:
-    channel = tunnel.conn._channel  # type: ignore[attr-defined]
-    return channel._sender._cipher._aead is not None or channel._receiver._cipher._aead is not None
-
-
 async def test_idle_tunnels_hold_no_aead_between_keepalives_whoever_pings(site: Site) -> None:
     """The agent PINGs every 0.5 s, the gateway every 0.37 s: their phases drift through
     every order. An idle tunnel drops its AEAD objects after each write of keepalive traffic
@@ -190,14 +186,14 @@ async def test_idle_tunnels_hold_no_aead_between_keepalives_whoever_pings(site: 
     await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
     agent, gateway = link.tunnel, site.registry.sessions["site-a"].tunnel
     assert agent is not None
-    await wait_for(lambda: not _holds_aead(agent) and not _holds_aead(gateway))
+    await wait_for(lambda: not holds_aead(agent.conn) and not holds_aead(gateway.conn))
     pings = gateway.conn.stats.frames_received.get("ping", 0)
     held = {"agent": 0, "gateway": 0}
     samples = 400
     for _ in range(samples):  # 4 s: 8 PINGs one way, 10 the other
         await asyncio.sleep(0.01)
-        held["agent"] += _holds_aead(agent)
-        held["gateway"] += _holds_aead(gateway)
+        held["agent"] += holds_aead(agent.conn)
+        held["gateway"] += holds_aead(gateway.conn)
     assert gateway.conn.stats.frames_received.get("ping", 0) - pings >= 6  # they ran
     assert held["agent"] <= samples // 20 and held["gateway"] <= samples // 20, held
 
@@ -210,12 +206,8 @@ async def test_an_idle_tunnel_releases_its_aead_objects_and_still_serves(site: S
     await wait_for(lambda: site.registry.agents_for("edge-echo-1"))
     gateway_tunnel = site.registry.sessions["site-a"].tunnel
 
-    def released(tunnel: object) -> bool:
-        channel = tunnel.conn._channel  # type: ignore[attr-defined]
-        return channel._sender._cipher._aead is None and channel._receiver._cipher._aead is None
-
-    await wait_for(lambda: link.tunnel is not None and released(link.tunnel))
-    await wait_for(lambda: released(gateway_tunnel))
+    await wait_for(lambda: link.tunnel is not None and not holds_aead(link.tunnel.conn))
+    await wait_for(lambda: not holds_aead(gateway_tunnel.conn))
     for _ in range(2):
         stream = await site.registry.open_stream("edge-echo-1", port, timeout_s=5)
         await stream.write(b"still there?")

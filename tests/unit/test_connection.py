@@ -36,6 +36,7 @@ from tests.helpers.sansio import (
     T0_NS,
     connected,
     events,
+    holds_aead,
     make_agent,
     make_gateway,
     open_stream,
@@ -447,12 +448,6 @@ def test_trimmed_connections_keep_working_and_release_their_aead_objects() -> No
     assert agent.open_streams == 0 and gateway.open_streams == 0
 
 
-def _holds_aead(conn: TunnelConnection) -> bool:
-    channel = conn._channel
-    assert channel._sender is not None and channel._receiver is not None
-    return channel._sender._cipher._aead is not None or channel._receiver._cipher._aead is not None
-
-
 def test_trim_if_quiet_releases_only_a_tunnel_quiet_since_its_last_pong() -> None:
     """The idle policy the adapter applies after each write and at each PONG: trim when no
     stream is open and nothing moved since the last keepalive round trip; a stream opened
@@ -461,7 +456,7 @@ def test_trim_if_quiet_releases_only_a_tunnel_quiet_since_its_last_pong() -> Non
     gateway.trim_if_quiet(pong=True)  # the first PONG starts a quiet period
     sid = open_stream(agent, gateway)
     gateway.trim_if_quiet(pong=True)  # a stream is open: nothing released
-    assert _holds_aead(gateway)
+    assert holds_aead(gateway)
     sid2 = open_stream(agent, gateway)
     for stream_id in (sid, sid2):
         gateway.end_stream(stream_id)
@@ -470,18 +465,18 @@ def test_trim_if_quiet_releases_only_a_tunnel_quiet_since_its_last_pong() -> Non
     events(agent), events(gateway)
     assert gateway.open_streams == 0
     gateway.trim_if_quiet()  # all closed, but one was opened since the last PONG
-    assert _holds_aead(gateway)
+    assert holds_aead(gateway)
     gateway.trim_if_quiet(pong=True)  # this PONG saw it: the next period starts...
-    assert _holds_aead(gateway)
+    assert holds_aead(gateway)
     gateway.trim_if_quiet()  # ...and the next write in it finds nothing moved
-    assert not _holds_aead(gateway)
+    assert not holds_aead(gateway)
     agent.send_datagram(b"\x45" + bytes(19))
     pump(agent, gateway)
     events(gateway)
     gateway.trim_if_quiet(pong=True)  # a datagram moved in the last period: kept
-    assert _holds_aead(gateway)
+    assert holds_aead(gateway)
     gateway.trim_if_quiet(pong=True)
-    assert not _holds_aead(gateway)
+    assert not holds_aead(gateway)
 
 
 def test_an_idle_registered_tunnel_holds_no_queues_lists_or_scratch_of_its_own() -> None:
