@@ -151,10 +151,9 @@ class TunnelConnection:
         """`trim` when no stream is open and none was opened, nor a datagram moved, since the
         last keepalive round trip. The adapter calls it after each write (a quiet tunnel's
         write carried keepalive traffic only: the PONG to the peer's PING, our next PING) and
-        with ``pong`` at each PONG, which then starts the next quiet period."""
+        with ``pong`` at each PONG, which then starts the next quiet period (the adapter skips
+        the call after a write while it holds streams: the common case costs no call)."""
         mux = self._mux
-        if mux.open_streams and not pong:
-            return  # the common case, a write while streams are open: nothing to trim
         stats = mux.stats
         moved = stats.streams_opened + stats.datagrams_sent + stats.datagrams_received
         if not mux.open_streams and moved == self._moved_at_pong:
