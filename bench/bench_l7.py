@@ -19,6 +19,10 @@ Paths compared (each middle box its own process, so CPU is measured per box from
     tunnel-wss: the same over TLS (``wss://``; the gateway terminates TLS itself here, as a
               TLS-terminating load balancer would in front of it)
     tunnel-wss-uvloop: the same with the agent on uvloop (its TLS transport, not asyncio's)
+    tunnel-python: the full path with the gateway and the agent on the interpreter ``--python``
+              names (every other path's Raven processes run on this one): two builds of
+              CPython side by side, e.g. this machine's default against an optimized one
+              (``bench/distro-python`` makes a virtual environment of the distribution's)
 
 Reported per path and concurrency: req/s, p50/p99 latency, CPU (cores) of the middle
 processes, req/s ratio to nginx and p50 added over direct. Prints Markdown.
@@ -28,6 +32,7 @@ Usage: python bench/bench_l7.py [--seconds 5] [--conns 16 256] [--paths direct n
        [--rounds N]  (N rounds, the paths alternating within each: medians, and each round's
                       ratio to nginx in the same round, which this shared machine's drift
                       between two runs minutes apart does not move)
+       [--python PATH]  (the interpreter of the tunnel-python path)
 Needs wrk and nginx (`sudo scripts/setup --bench` installs them).
 """
 
@@ -56,7 +61,7 @@ NODE = "edge-bench"
 PAGE_BYTES = 100 * 1024
 ALL_PATHS = (
     "direct", "nginx", "nginx-ka", "floor", "gateway", "tunnel", "tunnel-uvloop", "tunnel-ws", "tunnel-wss",
-    "tunnel-wss-uvloop",
+    "tunnel-wss-uvloop", "tunnel-python",
 )  # fmt: skip
 
 
@@ -181,10 +186,12 @@ def write_tunnel_configs(
     event_loop: str | None = None,
     streams_per_node: int = 64,
     wss: str = "",
+    name: str = "tunnel",
 ) -> tuple[Path, Path, int]:
+    """A gateway's and an agent's configs (and keys) for one tunnel path; ``name`` (the path's)
+    keeps each path's files apart: a gateway reloads its config file when it changes."""
     from raven.keys import encode_key, generate_private_key, public_key, write_private_key_file
 
-    name = (event_loop or "default") + (f"-{wss}" if wss else "")
     gw_key, agent_key = generate_private_key(), generate_private_key()
     write_private_key_file(tmp / f"gw-{name}.key", gw_key)
     write_private_key_file(tmp / f"agent-{name}.key", agent_key)
@@ -416,8 +423,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat every path and concurrency, alternating the paths in each "
                         "round; report medians and each round's ratio to nginx")  # fmt: skip
+    parser.add_argument("--python", type=Path,
+                        help="the interpreter of the tunnel-python path (its environment has "
+                        "Raven's dependencies; Raven itself comes from this checkout)")  # fmt: skip
     parser.add_argument("--role", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if ("tunnel-python" in args.paths) != (args.python is not None):
+        parser.error("the tunnel-python path and --python go together")
     if args.role:
         import uvloop
 
@@ -488,7 +500,7 @@ def main() -> int:
                 setups["gateway"] = (f"http://127.0.0.1:{port}/metrics", host, [gw.pid])
             tunnels = (("tunnel", None, ""), ("tunnel-uvloop", "uvloop", ""),
                        ("tunnel-ws", None, "ws"), ("tunnel-wss", None, "wss"),
-                       ("tunnel-wss-uvloop", "uvloop", "wss"))  # fmt: skip
+                       ("tunnel-wss-uvloop", "uvloop", "wss"), ("tunnel-python", None, ""))  # fmt: skip
             for path, event_loop, wss in tunnels:
                 if path not in paths:
                     continue
@@ -496,13 +508,16 @@ def main() -> int:
                 # 503 beyond) would measure refusals at c=256, not the relay; twice the connections:
                 # a slot is freed a moment after the response's last byte, which wrk answers at once
                 gw_conf, agent_conf, port = write_tunnel_configs(
-                    tmp, target_port, event_loop, 2 * max(64, *args.conns), wss
+                    tmp, target_port, event_loop, 2 * max(64, *args.conns), wss, path
                 )
-                cli = [sys.executable, "-m", "raven_cli.main"]
-                gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT)
+                cli, env = [sys.executable, "-m", "raven_cli.main"], None
+                if path == "tunnel-python":  # Raven from this checkout, on that interpreter
+                    cli[0] = str(args.python)
+                    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'coredns-hosts'}"}
+                gateway = subprocess.Popen([*cli, "gateway", "-c", str(gw_conf)], cwd=ROOT, env=env)
                 procs.append(gateway)
                 wait_port(port)
-                agent = subprocess.Popen([*cli, "agent", "-c", str(agent_conf)], cwd=ROOT)
+                agent = subprocess.Popen([*cli, "agent", "-c", str(agent_conf)], cwd=ROOT, env=env)
                 procs.append(agent)
                 wait_tunnel_up(port, target_port)
                 setups[path] = (f"http://127.0.0.1:{port}/metrics", host, [gateway.pid, agent.pid])
