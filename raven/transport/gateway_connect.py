@@ -98,6 +98,6 @@ async def connect_tunnel(
     if proxy is None and not settings.websocket:
         raw, _ = await asyncio.get_running_loop().create_connection(lambda: app, address, port)
         return raw
-    from raven.transport.gateway_layers import connect_layered  # only where a layer is used
+    from raven.transport.gateway_layers import first_layer, hand_over  # only where one is used
 
-    return await connect_layered(app, address, port, settings, proxy)
+    return await hand_over(app, await first_layer(address, port, proxy), address, port, settings)

@@ -1,9 +1,9 @@
 """The layers an agent's tunnel may need before its handshake (see
 `raven.transport.gateway_connect`, which loads this module only for a tunnel that uses one): an
 HTTP ``CONNECT`` through a forward proxy (TLS to an https:// proxy first), TLS to the gateway's
-load balancer, and the WebSocket upgrade (``ws://``, ``wss://``). :func:`connect_layered` builds
-them in order and then hands the finished transport to the tunnel (``connection_made``), with
-any bytes that came early.
+load balancer, and the WebSocket upgrade (``ws://``, ``wss://``). :func:`first_layer` and
+:func:`hand_over` build them in order and hand the finished transport to the tunnel
+(``connection_made``), with any bytes that came early.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from raven.transport.proxy_env import ProxyRoute
 from raven.transport.tls_client import client_tls_context
 from raven.transport.websocket_transport import stack_websocket
 
-__all__ = ["connect_layered"]
+__all__ = ["first_layer", "hand_over"]
 
 
 class _Exchange(asyncio.Protocol):
@@ -111,21 +111,30 @@ def _is_dns_error(exc: OSError) -> bool:
     return isinstance(exc, socket.gaierror)
 
 
-async def connect_layered(
+async def first_layer(
+    address: str, port: int, proxy: ProxyRoute | None
+) -> tuple[asyncio.Transport, _Exchange]:
+    """The connection the other layers go over: CONNECT through ``proxy`` to ``address:port``,
+    or (no proxy: a WebSocket tunnel) TCP to it; with the reader of the next HTTP head."""
+    loop = asyncio.get_running_loop()
+    if proxy is not None:
+        return await _through_proxy(loop, proxy, address, port)
+    transport, ex = await loop.create_connection(_Exchange, address, port)
+    return transport, ex
+
+
+async def hand_over(
     app: asyncio.Protocol,
+    first: tuple[asyncio.Transport, _Exchange],
     address: str,
     port: int,
     settings: GatewayTransport,
-    proxy: ProxyRoute | None,
 ) -> asyncio.BaseTransport:
-    """`raven.transport.gateway_connect.connect_tunnel` for a tunnel through a proxy or inside
-    WebSocket (``proxy`` or ``settings.websocket``)."""
+    """The tunnel's transport on the ``first_layer``: that connection itself (a raw tunnel
+    through a proxy), or TLS to the load balancer (``wss://``) and the WebSocket upgrade on
+    it; ``app`` gets it, with any bytes that came early."""
+    transport, ex = first
     loop = asyncio.get_running_loop()
-    transport: asyncio.Transport
-    if proxy is not None:
-        transport, ex = await _through_proxy(loop, proxy, address, port)
-    else:
-        transport, ex = await loop.create_connection(_Exchange, address, port)
     early = ex.head.rest
     if not settings.websocket:
         transport.set_protocol(app)
