@@ -32,7 +32,7 @@ from gpu_exporter.podresources import (
 )
 from gpu_exporter.server import GpuExporter
 from gpu_exporter.simulated import SimulatedBackend
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -128,16 +128,6 @@ class FlakyBackend:
         pass
 
 
-async def wait_until(check: object, what: str, deadline_s: float = 20.0) -> None:
-    """Poll ``check()`` until true (no timing assertion: only a generous give-up)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not check():  # type: ignore[operator]
-        if loop.time() > end:
-            pytest.fail(f"gave up waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def test_failed_collections_withdraw_series_then_healthz_fails(
     http: aiohttp.ClientSession,
 ) -> None:
@@ -146,7 +136,7 @@ async def test_failed_collections_withdraw_series_then_healthz_fails(
         status, _, _ = await get(http, ex, "/metrics")
         assert status == 200
         backend.fail = True
-        await wait_until(lambda: ex.health()[0] is False, "three failed collections")
+        await wait_for(lambda: ex.health()[0] is False, "three failed collections", timeout_s=20)
         status, _, body = await get(http, ex, "/metrics")
         assert status == 200
         fam = families(body.decode())
@@ -162,7 +152,7 @@ async def test_failed_collections_withdraw_series_then_healthz_fails(
             assert status == 503 and b"driver wedged" in text, path
         assert (await get(http, ex, "/readyz"))[0] == 503
         backend.fail = False
-        await wait_until(lambda: ex.health()[0] and ex.ready()[0], "recovery")
+        await wait_for(lambda: ex.health()[0] and ex.ready()[0], "recovery", timeout_s=20)
         assert (await get(http, ex, "/healthz"))[0] == 200
         fam = families((await get(http, ex, "/metrics"))[2].decode())
         assert fam["DCGM_FI_DEV_GPU_TEMP"]
@@ -195,7 +185,7 @@ async def test_watchdog_declares_a_hung_collection(http: aiohttp.ClientSession) 
         backend, interval_s=0.05, unhealthy_after=2, collect_timeout_s=0.1
     ) as ex:
         backend.hang.set()
-        await wait_until(lambda: ex.health()[0] is False, "two hung collections")
+        await wait_for(lambda: ex.health()[0] is False, "two hung collections", timeout_s=20)
         calls = backend.calls
         _, _, body = await get(http, ex, "/metrics")
         fam = families(body.decode())
@@ -209,7 +199,9 @@ async def test_watchdog_declares_a_hung_collection(http: aiohttp.ClientSession) 
         assert backend.calls == calls  # never a second collection while one hangs
         backend.hang.clear()
         backend.release.set()
-        await wait_until(lambda: backend.calls > calls and ex.ready()[0], "a fresh collection")
+        await wait_for(
+            lambda: backend.calls > calls and ex.ready()[0], "a fresh collection", timeout_s=20
+        )
         assert ex.health()[0]
 
 
@@ -219,10 +211,13 @@ async def test_collection_loop_refreshes() -> None:
         SimulatedBackend(1, load_profile="bursty"), interval_s=0.05, clock=lambda: now[0]
     ) as ex:
         first = ex.snapshot
+        assert first is not None
         now[0] += 10.0
-        await asyncio.sleep(0.3)
-        assert ex.snapshot is not None and first is not None
-        assert ex.snapshot.timestamp == first.timestamp + 10.0
+        await wait_for(
+            lambda: ex.snapshot is not None and ex.snapshot.timestamp == first.timestamp + 10.0,
+            "a collection at the new time",
+            timeout_s=20,
+        )
 
 
 def parse_cli(argv: list[str]) -> argparse.Namespace:

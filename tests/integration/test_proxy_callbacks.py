@@ -10,6 +10,7 @@ from aiohttp import web
 
 from raven.protocol.codes import StreamCode
 from raven.transport.stream import StreamResetError
+from tests.helpers import wait_for
 from tests.helpers.proxy import direct, running_proxy, serve_app
 
 MIB = b"x" * (1 << 20)
@@ -41,9 +42,9 @@ async def test_idle_keep_alive_connections_run_no_task(target_port: int) -> None
         try:
             for reader, writer in conns:
                 assert (await _get(writer, reader, host)).startswith(b"HTTP/1.1 200 OK")
-            await asyncio.sleep(0.05)
-            assert _proxy_tasks() == []  # 20 idle kept connections: timers only
-            assert len(proxy.context.idle) == 20
+            # 20 idle kept connections: timers only (once the last response's writes are done)
+            await wait_for(lambda: len(proxy.context.idle) == 20, "20 idle connections")
+            assert _proxy_tasks() == []
             for reader, writer in conns:  # and each serves its next request
                 assert (await _get(writer, reader, host)).startswith(b"HTTP/1.1 200 OK")
         finally:
@@ -138,8 +139,9 @@ async def test_a_request_on_a_kept_stream_runs_no_task() -> None:
             release.set()
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             assert head.startswith(b"HTTP/1.1 200") and await reader.readexactly(3) == b"ok\n"
-            await asyncio.sleep(0.05)
-            assert conn.task is None and len(proxy.context.streams) == 1  # back in the pool
+            await wait_for(  # back in the pool
+                lambda: conn.task is None and len(proxy.context.streams) == 1, "the stream kept"
+            )
         finally:
             writer.close()
 

@@ -155,7 +155,7 @@ async def test_busy_when_max_connections_reached(target_port: int) -> None:
     ):
         holder_r, holder_w = await asyncio.open_connection(*proxy.http_address)
         holder_w.write(b"GET /proxy/edge-gpu-1:%d/slow?s=1 HTTP/1.1\r\n\r\n" % target_port)
-        await asyncio.sleep(0.05)
+        await wait_for(lambda: len(proxy.connections) == 1, "the holder served")
         out = await raw_exchange(proxy.http_address, b"")
         assert out.startswith(b"HTTP/1.1 503 Gateway Busy")
         first = await asyncio.wait_for(holder_r.readuntil(b"late\n"), 3)

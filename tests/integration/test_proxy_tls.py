@@ -17,7 +17,7 @@ from raven.config.gateway import TlsListener
 from raven.protocol.codes import StreamCode
 from raven.transport.direct import DirectOpener
 from raven.transport.stream import OpenFailure, StreamOpenError, StreamResetError
-from tests.helpers import free_port, sample
+from tests.helpers import free_port, sample, wait_for
 from tests.helpers.certs import self_signed
 from tests.helpers.proxy import (
     METRICS,
@@ -108,7 +108,9 @@ async def test_stop_lets_in_flight_finish_and_closes_idle() -> None:
             assert (await idle_r.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 404")
             assert (await idle_r.readline()).startswith(b"unknown_node")
             busy_w.write(b"GET /proxy/edge-gpu-1:%d/slow?s=0.3 HTTP/1.1\r\n\r\n" % port)
-            await asyncio.sleep(0.05)
+            await wait_for(  # in flight before the stop, or it is one more idle connection
+                lambda: any(c.task is not None for c in proxy.connections), "the request in flight"
+            )
             await proxy.stop(grace_s=3)
             answer = await asyncio.wait_for(busy_r.read(-1), 2)
             assert answer.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in answer
